@@ -1,0 +1,3 @@
+from a3c_core.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,41 @@
+"""Build script: compiles every Cython source in ext/ into the a3c_core package.
+
+``ext/_name.pyx`` becomes the extension module ``a3c_core._name``.  Build
+requirements (setuptools, Cython>=3, numpy) come from pyproject.toml, so
+``pip install .`` works with build isolation on a fresh machine.
+"""
+import glob
+import os
+import sys
+
+import numpy as np
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+compile_args = ["-O3"] if sys.platform != "win32" else ["/O2"]
+if os.environ.get("A3C_NATIVE") == "1" and sys.platform != "win32":
+    compile_args.append("-march=native")
+
+extensions = [
+    Extension(
+        "a3c_core." + os.path.splitext(os.path.basename(src))[0],
+        [src],
+        include_dirs=[np.get_include(), "ext"],
+        extra_compile_args=compile_args,
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    )
+    for src in sorted(glob.glob(os.path.join("ext", "*.pyx")))
+]
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        language_level=3,
+        compiler_directives={
+            "boundscheck": False,
+            "wraparound": False,
+            "cdivision": True,
+            "initializedcheck": False,
+        },
+    ),
+)
