@@ -1,0 +1,187 @@
+"""Checkpoint files: one ``.npz`` archive, written atomically.
+
+A checkpoint holds
+
+* ``params`` - the flat float32 parameter array;
+* ``opt/<name>`` - the optimizer's state arrays (same layout as params);
+* ``meta`` - one JSON document (stored as a uint8 array) with the network
+  spec and its tensor layout, the env spec (id, frame skip, action names),
+  the preprocessing spec, the optimizer's scalar state, the counters, the
+  training config and the library versions.
+
+Writes go to a temporary file in the destination directory, are flushed and
+fsync'ed, then renamed over the target (``os.replace`` is atomic on POSIX and
+Windows), so a crash or Ctrl-C mid-write leaves the previous checkpoint intact.
+Only numpy is needed to read one (``allow_pickle=False`` throughout).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+
+import numpy as np
+
+FORMAT = "a3c_core.checkpoint"
+FORMAT_VERSION = 1
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, truncated, corrupt or does not match."""
+
+
+def versions() -> dict:
+    import platform
+
+    out = {"python": platform.python_version(), "numpy": np.__version__}
+    try:
+        import a3c_core
+
+        out["a3c_core"] = a3c_core.__version__
+    except Exception:  # pragma: no cover
+        pass
+    try:
+        import numba
+
+        out["numba"] = numba.__version__
+    except Exception:  # pragma: no cover
+        pass
+    return out
+
+
+def save_checkpoint(path, params, meta, opt_arrays=None):
+    """Atomically write ``params`` (+ optimizer arrays) and ``meta`` to ``path``."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    meta = dict(meta)
+    meta.setdefault("format", FORMAT)
+    meta.setdefault("format_version", FORMAT_VERSION)
+    meta.setdefault("versions", versions())
+    meta["n_params"] = int(np.asarray(params).size)
+    arrays = {"params": np.ascontiguousarray(params, dtype=np.float32)}
+    for k, v in (opt_arrays or {}).items():
+        arrays["opt/" + k] = np.ascontiguousarray(v)
+    arrays["meta"] = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + "-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **arrays)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:  # make the rename itself durable
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:  # pragma: no cover - not supported everywhere
+        pass
+    return path
+
+
+class Checkpoint:
+    """A loaded checkpoint: ``params``, ``opt_arrays`` and ``meta``."""
+
+    def __init__(self, path, params, opt_arrays, meta):
+        self.path = path
+        self.params = params
+        self.opt_arrays = opt_arrays
+        self.meta = meta
+
+    @property
+    def network_spec(self) -> dict:
+        return self.meta["network"]
+
+    @property
+    def env_spec(self) -> dict:
+        return self.meta.get("env", {})
+
+    @property
+    def preprocess_spec(self) -> dict:
+        return self.meta.get("preprocess", {"kind": "vector"})
+
+
+def resolve_checkpoint_path(path, which="latest"):
+    """Accept a checkpoint file or a run directory (-> its ``<which>.npz``)."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        cand = os.path.join(path, "checkpoints", f"{which}.npz")
+        if not os.path.exists(cand):
+            raise CheckpointError(
+                f"run directory {path!r} has no checkpoint checkpoints/{which}.npz"
+            )
+        return cand
+    return path
+
+
+def load_checkpoint(path, which="latest") -> Checkpoint:
+    """Read and validate a checkpoint file (or a run directory's ``which`` one)."""
+    path = resolve_checkpoint_path(path, which)
+    if not os.path.exists(path):
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            names = set(z.files)
+            if "meta" not in names or "params" not in names:
+                raise CheckpointError(
+                    f"{path} is not an a3c_core checkpoint (missing 'meta' or 'params')"
+                )
+            meta = json.loads(bytes(z["meta"]).decode())
+            params = np.ascontiguousarray(z["params"], dtype=np.float32)
+            opt = {k[4:]: np.array(z[k]) for k in names if k.startswith("opt/")}
+    except CheckpointError:
+        raise
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"checkpoint {path} is truncated or corrupt: {e}") from None
+    if meta.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is not an a3c_core checkpoint (format {meta.get('format')!r})")
+    if int(meta.get("format_version", 0)) > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{path} has format version {meta.get('format_version')}, newer than this "
+            f"a3c_core understands ({FORMAT_VERSION}); upgrade a3c_core"
+        )
+    if params.size != int(meta.get("n_params", -1)):
+        raise CheckpointError(
+            f"checkpoint {path} is inconsistent: {params.size} parameters stored, "
+            f"metadata says {meta.get('n_params')}"
+        )
+    if "network" not in meta:
+        raise CheckpointError(f"checkpoint {path} has no network spec")
+    return Checkpoint(path, params, opt, meta)
+
+
+def check_layout(ckpt: Checkpoint, net) -> None:
+    """Raise :class:`CheckpointError` if ``net``'s layout differs from the checkpoint's."""
+    stored = ckpt.meta.get("layout")
+    if ckpt.params.size != net.params.size:
+        raise CheckpointError(
+            f"checkpoint {ckpt.path} has {ckpt.params.size} parameters but the network "
+            f"'{net.spec.get('name')}' has {net.params.size}"
+        )
+    if stored is None:
+        return
+    mine = layout_of(net)
+    if stored != mine:
+        for a, b in zip(stored, mine):
+            if a != b:
+                raise CheckpointError(
+                    f"checkpoint {ckpt.path} does not match the network: tensor {a[0]} "
+                    f"shape {tuple(a[1])} in the checkpoint vs {b[0]} {tuple(b[1])} in the network"
+                )
+        raise CheckpointError(
+            f"checkpoint {ckpt.path} has {len(stored)} tensors, the network {len(mine)}"
+        )
+
+
+def layout_of(net) -> list:
+    """JSON-able [(name, shape), ...] of a network's parameter layout."""
+    return [[name, list(view.shape)] for name, view in net.state_dict().items()]
