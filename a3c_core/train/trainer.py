@@ -189,18 +189,27 @@ class Trainer:
         return dict(lr=lr)
 
     def _restore(self, ckpt):
-        state = {"params": ckpt.params}
-        opt_state = dict(ckpt.meta.get("optimizer_scalars", {}))
-        opt_state.update(ckpt.opt_arrays)
         if ckpt.meta.get("optimizer") != self.cfg.optimizer:
             raise CheckpointError(
                 f"checkpoint {ckpt.path} used optimizer {ckpt.meta.get('optimizer')!r}, "
                 f"the config asks for {self.cfg.optimizer!r}"
             )
-        state["optimizer"] = opt_state
-        state["counters"] = ckpt.meta.get("counters", {})
-        self.shared.load_state_dict(state)
-        self.wall_offset = float(ckpt.meta.get("counters", {}).get("wall_seconds", 0.0))
+        # statistics and step counts come from the checkpoint; hyperparameters
+        # (lr, alpha, eps, betas) from the config, so a resume may change them
+        opt = self.shared.optimizer
+        opt_state = {k: v for k, v in ckpt.meta.get("optimizer_scalars", {}).items()
+                     if k not in getattr(opt, "_hyper", ())}
+        opt_state.update(ckpt.opt_arrays)
+        counters = ckpt.meta.get("counters", {})
+        try:
+            self.shared.load_state_dict({
+                "params": ckpt.params,
+                "optimizer": opt_state,
+                "counters": {k: counters.get(k, 0) for k in type(self.shared)._COUNTERS},
+            })
+        except (ValueError, TypeError) as e:
+            raise CheckpointError(f"checkpoint {ckpt.path} cannot be resumed: {e}") from None
+        self.wall_offset = float(counters.get("wall_seconds", 0.0))
 
     # -- checkpoints ---------------------------------------------------
     def _counters(self):

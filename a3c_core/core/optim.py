@@ -1,0 +1,248 @@
+"""Shared optimizers for lock-free (Hogwild) A3C updates on flat float32 buffers.
+
+Each optimizer owns its statistics as flat float32 arrays with the same
+length (and so the same layout) as the parameter buffer.  ``opt.apply(params,
+grads, global_step=0)`` updates ``params`` and the statistics in place, in one
+``nogil`` loop (``a3c_core._hogwild``), so worker threads run it in parallel.
+
+Concurrency (read this before relying on determinism)
+-----------------------------------------------------
+Workers call ``apply`` on the SAME shared params and statistics at the same
+time, without locks.  That is racy by design (Hogwild!, Recht et al. 2011;
+the A3C paper's shared RMSProp).  With one worker and a fixed seed, updates
+are fully deterministic; with several they are not.
+
+What a race can do:
+  * lose or interleave updates of individual elements: two workers read the
+    same old ``params[i]``/``square_avg[i]`` and the last store wins, so one
+    worker's contribution to that element is lost;
+  * use stale statistics: a worker scales its step with a ``square_avg`` /
+    ``exp_avg`` that another worker is about to overwrite;
+  * mix updates across elements: a reader (``sync_params``, another worker's
+    apply) sees some elements before and some after a concurrent update, so
+    the parameter vector it gets is half-old/half-new.
+
+What a race cannot do:
+  * tear a float32: every element is read once and stored once as an aligned
+    4-byte value; on x86-64 (and other mainstream 64-bit CPUs) aligned 4-byte
+    loads/stores are single-copy atomic, even inside vector loads/stores,
+    because an aligned element never straddles a cache line;
+  * create a NaN or an infinity: every stored value is the finite result of a
+    complete computation from finite inputs (the statistics are sums of
+    squares, ``eps > 0`` keeps the denominators positive), and non-finite
+    gradients are rejected before apply (``clip_grad_norm`` /
+    ``SharedState.apply`` skip and count them).
+
+Adam's step count is shared too: ONE counter per optimizer object,
+incremented under a tiny lock at the start of each ``apply`` (the lock covers
+only the ``+= 1``; the element loop runs without it).  The common bug in A3C
+code is a per-worker step count: with N workers each worker's bias correction
+then lags the true number of updates applied to the shared ``m``/``v`` by a
+factor N, so early steps are over-corrected (too large).
+
+``grad_scale`` (a keyword every ``apply`` accepts) multiplies the gradient
+inside the loop; ``SharedState.apply`` uses it to fold the norm clip into the
+update without a second pass over the gradient.
+"""
+import threading
+
+import numpy as np
+
+from a3c_core import _hogwild
+
+__all__ = ["Optimizer", "SGD", "RMSProp", "Adam", "make_optimizer", "OPTIMIZERS"]
+
+
+def _check_positive_int(name, value, allow_zero=False):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+    return int(value)
+
+
+def _check_float(name, value, lo=None, hi=None, lo_open=False, hi_open=False):
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number, got {value!r}") from None
+    if not np.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {v}")
+    if lo is not None and (v < lo or (lo_open and v == lo)):
+        raise ValueError(f"{name} must be {'>' if lo_open else '>='} {lo}, got {v}")
+    if hi is not None and (v > hi or (hi_open and v == hi)):
+        raise ValueError(f"{name} must be {'<' if hi_open else '<='} {hi}, got {v}")
+    return v
+
+
+class Optimizer:
+    """Base class: hyper-parameters as floats, statistics as flat float32 arrays.
+
+    Subclasses set ``name``, ``_hyper`` (names of float hyper-parameters),
+    ``_arrays`` (names of statistic arrays) and implement ``apply``.
+    """
+
+    name = "base"
+    _hyper = ()
+    _arrays = ()
+    _ints = ()
+
+    def __init__(self, n_params):
+        self.n_params = _check_positive_int("n_params", n_params)
+        for a in self._arrays:
+            setattr(self, a, np.zeros(self.n_params, np.float32))
+
+    def apply(self, params, grads, global_step=0, grad_scale=1.0):  # pragma: no cover
+        raise NotImplementedError
+
+    def lr_at(self, global_step=0):
+        """Learning rate used by an apply at ``global_step``."""
+        return self.lr
+
+    def state_dict(self):
+        """dict: 'name', float hyper-parameters, int counters, statistic arrays (copies)."""
+        d = {"name": self.name, "n_params": self.n_params}
+        for h in self._hyper:
+            d[h] = float(getattr(self, h))
+        for k in self._ints:
+            d[k] = int(getattr(self, k))
+        for a in self._arrays:
+            d[a] = getattr(self, a).copy()
+        return d
+
+    def load_state_dict(self, d):
+        """Restore from :meth:`state_dict` output; arrays are copied in place."""
+        if not isinstance(d, dict):
+            raise TypeError(f"state must be a dict, got {type(d).__name__}")
+        if d.get("name", self.name) != self.name:
+            raise ValueError(f"state is for optimizer {d.get('name')!r}, this is {self.name!r}")
+        missing = [k for k in self._arrays if k not in d]
+        if missing:
+            raise ValueError(f"{self.name} state is missing {missing}")
+        new = {}
+        for a in self._arrays:
+            arr = np.asarray(d[a])
+            if arr.shape != (self.n_params,):
+                raise ValueError(f"{self.name} state {a!r} has shape {arr.shape}, "
+                                 f"expected ({self.n_params},)")
+            if not np.all(np.isfinite(arr)):
+                raise ValueError(f"{self.name} state {a!r} has non-finite values")
+            new[a] = arr
+        hyper = {h: _check_float(h, d[h]) for h in self._hyper if h in d}
+        ints = {k: _check_positive_int(k, int(d[k]), allow_zero=True)
+                for k in self._ints if k in d}
+        for a, arr in new.items():
+            getattr(self, a)[...] = arr
+        for h, v in hyper.items():
+            setattr(self, h, v)
+        for k, v in ints.items():
+            setattr(self, k, v)
+
+    def __repr__(self):
+        hp = ", ".join(f"{h}={getattr(self, h):g}" for h in self._hyper)
+        return f"{type(self).__name__}(n_params={self.n_params}, {hp})"
+
+
+class SGD(Optimizer):
+    """Plain SGD: params <- params - lr * grads (in place, no statistics)."""
+
+    name = "sgd"
+    _hyper = ("lr",)
+
+    def __init__(self, n_params, lr=1e-3):
+        super().__init__(n_params)
+        self.lr = _check_float("lr", lr, lo=0.0)
+
+    def apply(self, params, grads, global_step=0, grad_scale=1.0):
+        _hogwild.sgd_apply(params, grads, self.lr, grad_scale)
+
+
+class RMSProp(Optimizer):
+    """A3C paper shared RMSProp (non-centred), statistics shared by all workers.
+
+    g <- alpha*g + (1-alpha)*d^2;  params <- params - lr_t * d / sqrt(g + eps)
+
+    ``eps`` is inside the square root (paper / TF convention; 0.1 is the A3C
+    default).  With ``anneal_steps > 0`` the learning rate decays linearly,
+    lr_t = lr * max(0, 1 - global_step/anneal_steps), ``global_step`` being
+    the value passed to :meth:`apply` (the shared step counter).
+    Statistics start at zero.
+    """
+
+    name = "rmsprop"
+    _hyper = ("lr", "alpha", "eps")
+    _ints = ("anneal_steps",)
+    _arrays = ("square_avg",)
+
+    def __init__(self, n_params, lr=7e-4, alpha=0.99, eps=0.1, anneal_steps=0):
+        super().__init__(n_params)
+        self.lr = _check_float("lr", lr, lo=0.0)
+        self.alpha = _check_float("alpha", alpha, lo=0.0, hi=1.0, hi_open=True)
+        self.eps = _check_float("eps", eps, lo=0.0, lo_open=True)
+        self.anneal_steps = _check_positive_int("anneal_steps", anneal_steps, allow_zero=True)
+
+    def lr_at(self, global_step=0):
+        if self.anneal_steps > 0:
+            return self.lr * max(0.0, 1.0 - global_step / self.anneal_steps)
+        return self.lr
+
+    def apply(self, params, grads, global_step=0, grad_scale=1.0):
+        _hogwild.rmsprop_apply(params, grads, self.square_avg, self.lr_at(global_step),
+                               self.alpha, self.eps, grad_scale)
+
+
+class Adam(Optimizer):
+    """Adam with SHARED first/second moments and a SHARED step count.
+
+    m <- b1*m + (1-b1)*d;  v <- b2*v + (1-b2)*d^2;  t = shared step (1, 2, ...)
+    params <- params - lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)
+
+    ``self.step`` counts applies by all workers together; it is incremented
+    under a tiny lock before the nogil loop, so bias correction matches the
+    number of updates actually accumulated in m and v.  (A per-worker step
+    count, the well-known bug in A3C ports, lags by the number of workers
+    and over-corrects early updates.)  ``global_step`` is accepted for the
+    common interface and ignored.
+    """
+
+    name = "adam"
+    _hyper = ("lr", "beta1", "beta2", "eps")
+    _ints = ("step",)
+    _arrays = ("exp_avg", "exp_avg_sq")
+
+    def __init__(self, n_params, lr=1e-4, beta1=0.9, beta2=0.999, eps=1e-8):
+        super().__init__(n_params)
+        self.lr = _check_float("lr", lr, lo=0.0)
+        self.beta1 = _check_float("beta1", beta1, lo=0.0, hi=1.0, hi_open=True)
+        self.beta2 = _check_float("beta2", beta2, lo=0.0, hi=1.0, hi_open=True)
+        self.eps = _check_float("eps", eps, lo=0.0, lo_open=True)
+        self.step = 0
+        self._lock = threading.Lock()
+
+    def apply(self, params, grads, global_step=0, grad_scale=1.0):
+        with self._lock:
+            self.step += 1
+            t = self.step
+        try:
+            _hogwild.adam_apply(params, grads, self.exp_avg, self.exp_avg_sq, self.lr,
+                                self.beta1, self.beta2, self.eps, t, grad_scale)
+        except (TypeError, ValueError):
+            with self._lock:       # rejected before anything was written
+                self.step -= 1
+            raise
+
+
+OPTIMIZERS = {"sgd": SGD, "rmsprop": RMSProp, "adam": Adam}
+
+
+def make_optimizer(name, n_params, **kwargs):
+    """Build an optimizer by name ('rmsprop', 'adam', 'sgd'; case-insensitive)."""
+    if not isinstance(name, str) or name.lower() not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r}; choose one of {sorted(OPTIMIZERS)}")
+    cls = OPTIMIZERS[name.lower()]
+    try:
+        return cls(n_params, **kwargs)
+    except TypeError as e:
+        if "unexpected keyword" in str(e):
+            raise TypeError(f"optimizer {name!r}: {e}") from None
+        raise

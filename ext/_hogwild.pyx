@@ -1,0 +1,343 @@
+# cython: language_level=3
+"""Hogwild kernels over flat float32 parameter buffers (GIL released).
+
+Every ``def`` here validates its arguments (dtype, 1-D, C-contiguous,
+writeable, equal lengths) and raises ``TypeError``/``ValueError`` naming the
+argument *before* the GIL is released; the hot loop then runs in one
+``with nogil:`` block over raw pointers taken from the validated arrays.
+
+The loops read each shared element once into a register, compute, and store
+it once: racing writers (Hogwild) can lose or interleave whole-element
+updates, never tear a 4-byte aligned float32 (see ``a3c_core.core.optim``).
+
+Public (used by ``a3c_core.core``): ``copy_f32``, ``sumsq_f32``,
+``scale_f32``, ``rmsprop_apply``, ``adam_apply``, ``sgd_apply``.
+"""
+cimport numpy as cnp
+from libc.math cimport sqrtf, isfinite
+from libc.string cimport memmove
+
+cnp.import_array()
+
+# The element loops are written in C so they can carry ``restrict`` and be
+# compiled twice (AVX2 and baseline x86-64) with run-time dispatch; the
+# arithmetic is the same expression order as the numpy twins in
+# ``a3c_core/core/ref.py`` (no FMA contraction is enabled by the avx2 clone).
+cdef extern from *:
+    """
+    #include <math.h>
+    #include <stddef.h>
+    #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+    #  define A3C_CLONES __attribute__((target_clones("avx2", "default")))
+    #else
+    #  define A3C_CLONES
+    #endif
+    #if defined(__GNUC__) || defined(__clang__)
+    #  define A3C_RESTRICT __restrict__
+    #else
+    #  define A3C_RESTRICT
+    #endif
+
+    /* sum of squares, float64 accumulation, 8 independent partial sums */
+    A3C_CLONES static double a3c_sumsq(const float *A3C_RESTRICT g, Py_ssize_t n) {
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+        Py_ssize_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            double x0 = g[i], x1 = g[i+1], x2 = g[i+2], x3 = g[i+3];
+            double x4 = g[i+4], x5 = g[i+5], x6 = g[i+6], x7 = g[i+7];
+            s0 += x0 * x0; s1 += x1 * x1; s2 += x2 * x2; s3 += x3 * x3;
+            s4 += x4 * x4; s5 += x5 * x5; s6 += x6 * x6; s7 += x7 * x7;
+        }
+        for (; i < n; i++) { double x = g[i]; s0 += x * x; }
+        return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7));
+    }
+
+    A3C_CLONES static void a3c_scale(float *A3C_RESTRICT g, Py_ssize_t n, float s) {
+        for (Py_ssize_t i = 0; i < n; i++) g[i] = g[i] * s;
+    }
+
+    /* sqrtf does not vectorize without -fno-math-errno (setup.py does not
+       pass it), so the two loops with a square root are written with SSE
+       (x86-64 baseline) and AVX intrinsics, picked at run time. */
+    #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+    #  include <immintrin.h>
+    #  define A3C_X86 1
+    #  define A3C_AVX __attribute__((target("avx")))
+    static int a3c_avx_ok(void) {
+        static int ok = -1;
+        if (ok < 0) { __builtin_cpu_init(); ok = __builtin_cpu_supports("avx") ? 1 : 0; }
+        return ok;
+    }
+    #else
+    #  define A3C_X86 0
+    #endif
+
+    /* ms <- alpha*ms + (1-alpha)*d*d ; p <- p - lr*d/sqrt(ms+eps), d = gs*g */
+    static void a3c_rmsprop_tail(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
+                                 float *A3C_RESTRICT ms, Py_ssize_t i, Py_ssize_t n, float lr,
+                                 float alpha, float one_m_alpha, float eps, float gs) {
+        for (; i < n; i++) {
+            float d = g[i] * gs;
+            float s = alpha * ms[i] + one_m_alpha * (d * d);
+            ms[i] = s;
+            p[i] = p[i] - (lr * d) / sqrtf(s + eps);
+        }
+    }
+    #if A3C_X86
+    A3C_AVX static void a3c_rmsprop_avx(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
+                                       float *A3C_RESTRICT ms, Py_ssize_t n, float lr,
+                                       float alpha, float one_m_alpha, float eps, float gs) {
+        __m256 vlr = _mm256_set1_ps(lr), va = _mm256_set1_ps(alpha);
+        __m256 v1a = _mm256_set1_ps(one_m_alpha), veps = _mm256_set1_ps(eps);
+        __m256 vgs = _mm256_set1_ps(gs);
+        Py_ssize_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            __m256 d = _mm256_mul_ps(_mm256_loadu_ps(g + i), vgs);
+            __m256 s = _mm256_add_ps(_mm256_mul_ps(va, _mm256_loadu_ps(ms + i)),
+                                     _mm256_mul_ps(v1a, _mm256_mul_ps(d, d)));
+            _mm256_storeu_ps(ms + i, s);
+            __m256 step = _mm256_div_ps(_mm256_mul_ps(vlr, d), _mm256_sqrt_ps(_mm256_add_ps(s, veps)));
+            _mm256_storeu_ps(p + i, _mm256_sub_ps(_mm256_loadu_ps(p + i), step));
+        }
+        a3c_rmsprop_tail(p, g, ms, i, n, lr, alpha, one_m_alpha, eps, gs);
+    }
+    #endif
+    static void a3c_rmsprop(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
+                            float *A3C_RESTRICT ms, Py_ssize_t n, float lr,
+                            float alpha, float one_m_alpha, float eps, float gs) {
+        Py_ssize_t i = 0;
+    #if A3C_X86
+        if (a3c_avx_ok()) { a3c_rmsprop_avx(p, g, ms, n, lr, alpha, one_m_alpha, eps, gs); return; }
+        __m128 vlr = _mm_set1_ps(lr), va = _mm_set1_ps(alpha);
+        __m128 v1a = _mm_set1_ps(one_m_alpha), veps = _mm_set1_ps(eps), vgs = _mm_set1_ps(gs);
+        for (; i + 4 <= n; i += 4) {
+            __m128 d = _mm_mul_ps(_mm_loadu_ps(g + i), vgs);
+            __m128 s = _mm_add_ps(_mm_mul_ps(va, _mm_loadu_ps(ms + i)),
+                                  _mm_mul_ps(v1a, _mm_mul_ps(d, d)));
+            _mm_storeu_ps(ms + i, s);
+            __m128 step = _mm_div_ps(_mm_mul_ps(vlr, d), _mm_sqrt_ps(_mm_add_ps(s, veps)));
+            _mm_storeu_ps(p + i, _mm_sub_ps(_mm_loadu_ps(p + i), step));
+        }
+    #endif
+        a3c_rmsprop_tail(p, g, ms, i, n, lr, alpha, one_m_alpha, eps, gs);
+    }
+
+    /* m <- b1*m + (1-b1)*d ; v <- b2*v + (1-b2)*d*d ;
+       p <- p - lr*(m*bc1) / (sqrt(v*bc2) + eps), bc = 1/(1-beta^t) */
+    static void a3c_adam_tail(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
+                              float *A3C_RESTRICT m, float *A3C_RESTRICT v, Py_ssize_t i,
+                              Py_ssize_t n, float lr, float b1, float one_m_b1, float b2,
+                              float one_m_b2, float bc1, float bc2, float eps, float gs) {
+        for (; i < n; i++) {
+            float d = g[i] * gs;
+            float mi = b1 * m[i] + one_m_b1 * d;
+            float vi = b2 * v[i] + one_m_b2 * (d * d);
+            m[i] = mi;
+            v[i] = vi;
+            p[i] = p[i] - (lr * (mi * bc1)) / (sqrtf(vi * bc2) + eps);
+        }
+    }
+    #if A3C_X86
+    A3C_AVX static void a3c_adam_avx(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
+                                    float *A3C_RESTRICT m, float *A3C_RESTRICT v, Py_ssize_t n,
+                                    float lr, float b1, float one_m_b1, float b2, float one_m_b2,
+                                    float bc1, float bc2, float eps, float gs) {
+        __m256 vlr = _mm256_set1_ps(lr), vb1 = _mm256_set1_ps(b1), v1b1 = _mm256_set1_ps(one_m_b1);
+        __m256 vb2 = _mm256_set1_ps(b2), v1b2 = _mm256_set1_ps(one_m_b2);
+        __m256 vbc1 = _mm256_set1_ps(bc1), vbc2 = _mm256_set1_ps(bc2);
+        __m256 veps = _mm256_set1_ps(eps), vgs = _mm256_set1_ps(gs);
+        Py_ssize_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            __m256 d = _mm256_mul_ps(_mm256_loadu_ps(g + i), vgs);
+            __m256 mi = _mm256_add_ps(_mm256_mul_ps(vb1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(v1b1, d));
+            __m256 vi = _mm256_add_ps(_mm256_mul_ps(vb2, _mm256_loadu_ps(v + i)),
+                                      _mm256_mul_ps(v1b2, _mm256_mul_ps(d, d)));
+            _mm256_storeu_ps(m + i, mi);
+            _mm256_storeu_ps(v + i, vi);
+            __m256 den = _mm256_add_ps(_mm256_sqrt_ps(_mm256_mul_ps(vi, vbc2)), veps);
+            __m256 step = _mm256_div_ps(_mm256_mul_ps(vlr, _mm256_mul_ps(mi, vbc1)), den);
+            _mm256_storeu_ps(p + i, _mm256_sub_ps(_mm256_loadu_ps(p + i), step));
+        }
+        a3c_adam_tail(p, g, m, v, i, n, lr, b1, one_m_b1, b2, one_m_b2, bc1, bc2, eps, gs);
+    }
+    #endif
+    static void a3c_adam(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
+                         float *A3C_RESTRICT m, float *A3C_RESTRICT v, Py_ssize_t n,
+                         float lr, float b1, float one_m_b1, float b2, float one_m_b2,
+                         float bc1, float bc2, float eps, float gs) {
+        Py_ssize_t i = 0;
+    #if A3C_X86
+        if (a3c_avx_ok()) { a3c_adam_avx(p, g, m, v, n, lr, b1, one_m_b1, b2, one_m_b2, bc1, bc2, eps, gs); return; }
+        __m128 vlr = _mm_set1_ps(lr), vb1 = _mm_set1_ps(b1), v1b1 = _mm_set1_ps(one_m_b1);
+        __m128 vb2 = _mm_set1_ps(b2), v1b2 = _mm_set1_ps(one_m_b2);
+        __m128 vbc1 = _mm_set1_ps(bc1), vbc2 = _mm_set1_ps(bc2);
+        __m128 veps = _mm_set1_ps(eps), vgs = _mm_set1_ps(gs);
+        for (; i + 4 <= n; i += 4) {
+            __m128 d = _mm_mul_ps(_mm_loadu_ps(g + i), vgs);
+            __m128 mi = _mm_add_ps(_mm_mul_ps(vb1, _mm_loadu_ps(m + i)), _mm_mul_ps(v1b1, d));
+            __m128 vi = _mm_add_ps(_mm_mul_ps(vb2, _mm_loadu_ps(v + i)), _mm_mul_ps(v1b2, _mm_mul_ps(d, d)));
+            _mm_storeu_ps(m + i, mi);
+            _mm_storeu_ps(v + i, vi);
+            __m128 den = _mm_add_ps(_mm_sqrt_ps(_mm_mul_ps(vi, vbc2)), veps);
+            __m128 step = _mm_div_ps(_mm_mul_ps(vlr, _mm_mul_ps(mi, vbc1)), den);
+            _mm_storeu_ps(p + i, _mm_sub_ps(_mm_loadu_ps(p + i), step));
+        }
+    #endif
+        a3c_adam_tail(p, g, m, v, i, n, lr, b1, one_m_b1, b2, one_m_b2, bc1, bc2, eps, gs);
+    }
+
+    A3C_CLONES static void a3c_sgd(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
+                                  Py_ssize_t n, float lr, float gs) {
+        for (Py_ssize_t i = 0; i < n; i++) p[i] = p[i] - lr * (g[i] * gs);
+    }
+    """
+    double a3c_sumsq(const float *g, Py_ssize_t n) noexcept nogil
+    void a3c_scale(float *g, Py_ssize_t n, float s) noexcept nogil
+    void a3c_rmsprop(float *p, const float *g, float *ms, Py_ssize_t n, float lr,
+                     float alpha, float one_m_alpha, float eps, float gs) noexcept nogil
+    void a3c_adam(float *p, const float *g, float *m, float *v, Py_ssize_t n,
+                  float lr, float b1, float one_m_b1, float b2, float one_m_b2,
+                  float bc1, float bc2, float eps, float gs) noexcept nogil
+    void a3c_sgd(float *p, const float *g, Py_ssize_t n, float lr, float gs) noexcept nogil
+
+
+# ---------------------------------------------------------------- validation
+cdef inline Py_ssize_t _check_f32(object a, str name, bint writeable=False,
+                                  Py_ssize_t n=-1) except -1:
+    """Return len(a) after checking a is a 1-D C-contiguous float32 ndarray."""
+    cdef cnp.ndarray arr
+    if not cnp.PyArray_Check(a):
+        raise TypeError(f"{name} must be a numpy.ndarray of float32, got {type(a).__name__}")
+    arr = <cnp.ndarray>a
+    if cnp.PyArray_TYPE(arr) != cnp.NPY_FLOAT32:
+        raise TypeError(f"{name} must have dtype float32, got {arr.dtype}")
+    if cnp.PyArray_NDIM(arr) != 1:
+        raise ValueError(f"{name} must be 1-D (a flat buffer), got shape {a.shape}")
+    if not cnp.PyArray_IS_C_CONTIGUOUS(arr):
+        raise ValueError(f"{name} must be C-contiguous (use np.ascontiguousarray)")
+    if not cnp.PyArray_ISALIGNED(arr):
+        raise ValueError(f"{name} must be aligned")
+    if writeable and not cnp.PyArray_ISWRITEABLE(arr):
+        raise ValueError(f"{name} must be writeable (it is updated in place)")
+    cdef Py_ssize_t size = cnp.PyArray_DIM(arr, 0)
+    if n >= 0 and size != n:
+        raise ValueError(f"{name} has length {size}, expected {n}")
+    return size
+
+
+cdef inline int _check_disjoint(object a, str name_a, object b, str name_b) except -1:
+    """The C loops use ``restrict``: written buffers must not overlap others."""
+    cdef char* pa = <char*>cnp.PyArray_DATA(<cnp.ndarray>a)
+    cdef char* pb = <char*>cnp.PyArray_DATA(<cnp.ndarray>b)
+    cdef Py_ssize_t na = cnp.PyArray_NBYTES(<cnp.ndarray>a)
+    cdef Py_ssize_t nb = cnp.PyArray_NBYTES(<cnp.ndarray>b)
+    if pa < pb + nb and pb < pa + na:
+        raise ValueError(f"{name_a} and {name_b} must not share memory")
+    return 0
+
+
+cdef inline float* _fptr(object a) noexcept:
+    return <float*>cnp.PyArray_DATA(<cnp.ndarray>a)
+
+
+# ---------------------------------------------------------------- kernels
+def copy_f32(src, dst):
+    """dst[:] = src (1-D float32, same length); the copy runs without the GIL."""
+    cdef Py_ssize_t n = _check_f32(src, "src")
+    _check_f32(dst, "dst", True, n)
+    cdef const float* ps = _fptr(src)
+    cdef float* pd = _fptr(dst)
+    if ps == pd:
+        return
+    with nogil:
+        memmove(pd, ps, n * sizeof(float))
+
+
+def sumsq_f32(grads):
+    """Return (sum(grads**2) accumulated in float64, all_finite).
+
+    Non-finite entries make the float64 sum non-finite (inf**2 = inf, NaN
+    propagates; float32 max squared is still finite in float64), so one pass
+    answers both questions.
+    """
+    cdef Py_ssize_t n = _check_f32(grads, "grads")
+    cdef const float* pg = _fptr(grads)
+    cdef double s
+    with nogil:
+        s = a3c_sumsq(pg, n)
+    return s, bool(isfinite(s))
+
+
+def scale_f32(grads, double scale):
+    """grads *= scale in place (float32)."""
+    cdef Py_ssize_t n = _check_f32(grads, "grads", True)
+    cdef float* pg = _fptr(grads)
+    cdef float s = <float>scale
+    with nogil:
+        a3c_scale(pg, n, s)
+
+
+def rmsprop_apply(params, grads, square_avg, double lr, double alpha, double eps,
+                  double grad_scale=1.0):
+    """Non-centred RMSProp step in place (A3C shared RMSProp).
+
+    d = grad_scale*g; square_avg <- alpha*square_avg + (1-alpha)*d*d;
+    params <- params - lr*d/sqrt(square_avg + eps).  All float32, same length.
+    """
+    cdef Py_ssize_t n = _check_f32(params, "params", True)
+    _check_f32(grads, "grads", False, n)
+    _check_f32(square_avg, "square_avg", True, n)
+    _check_disjoint(params, "params", grads, "grads")
+    _check_disjoint(params, "params", square_avg, "square_avg")
+    _check_disjoint(square_avg, "square_avg", grads, "grads")
+    cdef float* pp = _fptr(params)
+    cdef const float* pg = _fptr(grads)
+    cdef float* pm = _fptr(square_avg)
+    cdef float flr = <float>lr, fa = <float>alpha, f1a = <float>(1.0 - alpha)
+    cdef float feps = <float>eps, fgs = <float>grad_scale
+    with nogil:
+        a3c_rmsprop(pp, pg, pm, n, flr, fa, f1a, feps, fgs)
+
+
+def adam_apply(params, grads, exp_avg, exp_avg_sq, double lr, double beta1,
+               double beta2, double eps, long long step, double grad_scale=1.0):
+    """Adam step in place with bias correction for the given (shared) step >= 1.
+
+    d = grad_scale*g; m <- b1*m + (1-b1)*d; v <- b2*v + (1-b2)*d*d;
+    params <- params - lr*(m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps).
+    """
+    cdef Py_ssize_t n = _check_f32(params, "params", True)
+    _check_f32(grads, "grads", False, n)
+    _check_f32(exp_avg, "exp_avg", True, n)
+    _check_f32(exp_avg_sq, "exp_avg_sq", True, n)
+    _check_disjoint(params, "params", grads, "grads")
+    _check_disjoint(params, "params", exp_avg, "exp_avg")
+    _check_disjoint(params, "params", exp_avg_sq, "exp_avg_sq")
+    _check_disjoint(exp_avg, "exp_avg", grads, "grads")
+    _check_disjoint(exp_avg_sq, "exp_avg_sq", grads, "grads")
+    _check_disjoint(exp_avg, "exp_avg", exp_avg_sq, "exp_avg_sq")
+    if step < 1:
+        raise ValueError(f"step must be >= 1, got {step}")
+    cdef float bc1 = <float>(1.0 / (1.0 - beta1 ** step))
+    cdef float bc2 = <float>(1.0 / (1.0 - beta2 ** step))
+    cdef float* pp = _fptr(params)
+    cdef const float* pg = _fptr(grads)
+    cdef float* pm = _fptr(exp_avg)
+    cdef float* pv = _fptr(exp_avg_sq)
+    cdef float flr = <float>lr, fb1 = <float>beta1, f1b1 = <float>(1.0 - beta1)
+    cdef float fb2 = <float>beta2, f1b2 = <float>(1.0 - beta2)
+    cdef float feps = <float>eps, fgs = <float>grad_scale
+    with nogil:
+        a3c_adam(pp, pg, pm, pv, n, flr, fb1, f1b1, fb2, f1b2, bc1, bc2, feps, fgs)
+
+
+def sgd_apply(params, grads, double lr, double grad_scale=1.0):
+    """params <- params - lr*(grad_scale*grads) in place (float32)."""
+    cdef Py_ssize_t n = _check_f32(params, "params", True)
+    _check_f32(grads, "grads", False, n)
+    _check_disjoint(params, "params", grads, "grads")
+    cdef float* pp = _fptr(params)
+    cdef const float* pg = _fptr(grads)
+    cdef float flr = <float>lr, fgs = <float>grad_scale
+    with nogil:
+        a3c_sgd(pp, pg, n, flr, fgs)

@@ -1,0 +1,309 @@
+"""Optimizers, clipping, sync and SharedState: parity with numpy twins, formulas, threads."""
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from a3c_core.core import (SGD, Adam, RMSProp, SharedState, clip_grad_norm, make_optimizer,
+                           sync_params)
+from a3c_core.core.ref import ref_adam, ref_clip, ref_rmsprop, ref_sgd
+
+RTOL, ATOL = 2e-6, 1e-7
+
+
+def _rand(rng, n, scale=1.0):
+    return (rng.standard_normal(n) * scale).astype(np.float32)
+
+
+@pytest.mark.parametrize("n", [1, 3, 7, 8, 9, 31, 1000, 4099])
+def test_rmsprop_parity(n):
+    rng = np.random.default_rng(n)
+    p, ms = _rand(rng, n), np.abs(_rand(rng, n, 0.1))
+    opt = RMSProp(n, lr=1e-2, alpha=0.95, eps=0.05)
+    opt.square_avg[:] = ms
+    for k in range(3):
+        g = _rand(rng, n)
+        want_p, want_s = ref_rmsprop(p, g, opt.square_avg, 1e-2, 0.95, 0.05)
+        opt.apply(p, g)
+        np.testing.assert_allclose(opt.square_avg, want_s, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(p, want_p, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("n", [1, 5, 8, 13, 1000, 4099])
+def test_adam_parity(n):
+    rng = np.random.default_rng(100 + n)
+    p = _rand(rng, n)
+    opt = Adam(n, lr=1e-2, beta1=0.8, beta2=0.99, eps=1e-6)
+    m, v = opt.exp_avg.copy(), opt.exp_avg_sq.copy()
+    for t in range(1, 4):
+        g = _rand(rng, n)
+        want_p, m, v = ref_adam(p, g, m, v, 1e-2, 0.8, 0.99, 1e-6, t)
+        opt.apply(p, g)
+        assert opt.step == t
+        np.testing.assert_allclose(opt.exp_avg, m, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(opt.exp_avg_sq, v, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(p, want_p, rtol=RTOL, atol=ATOL)
+
+
+def test_sgd_parity_and_grad_scale():
+    rng = np.random.default_rng(1)
+    p, g = _rand(rng, 101), _rand(rng, 101)
+    want = ref_sgd(p, g, 0.1, grad_scale=0.5)
+    SGD(101, lr=0.1).apply(p, g, grad_scale=0.5)
+    np.testing.assert_allclose(p, want, rtol=RTOL, atol=ATOL)
+
+
+def test_rmsprop_hand_computed():
+    p = np.array([1.0, -2.0], np.float32)
+    g = np.array([0.5, -1.0], np.float32)
+    opt = RMSProp(2, lr=0.1, alpha=0.9, eps=0.1)
+    opt.apply(p, g)
+    # g2 = 0.1*0.25 = 0.025 ; 0.1*1 = 0.1 ; step = 0.1*d/sqrt(g2+0.1)
+    np.testing.assert_allclose(opt.square_avg, [0.025, 0.1], rtol=1e-6)
+    np.testing.assert_allclose(p, [1 - 0.05 / np.sqrt(0.125), -2 + 0.1 / np.sqrt(0.2)], rtol=1e-6)
+
+
+def test_rmsprop_anneal():
+    opt = RMSProp(1, lr=1.0, anneal_steps=100)
+    assert opt.lr_at(0) == 1.0 and opt.lr_at(25) == 0.75 and opt.lr_at(500) == 0.0
+    p = np.ones(1, np.float32)
+    opt.apply(p, np.ones(1, np.float32), global_step=100)
+    assert p[0] == 1.0                                  # lr_t = 0: no move
+    opt.apply(p, np.ones(1, np.float32), global_step=50)
+    s = 0.99 * 0.01 + 0.01                             # second stats update
+    np.testing.assert_allclose(p, [1 - 0.5 / np.sqrt(s + 0.1)], rtol=1e-6)
+
+
+def test_adam_hand_computed():
+    p = np.array([1.0], np.float32)
+    opt = Adam(1, lr=0.1, beta1=0.9, beta2=0.999, eps=1e-8)
+    opt.apply(p, np.array([2.0], np.float32))
+    # t=1: m_hat = g, v_hat = g^2 -> step = lr*sign(g)
+    np.testing.assert_allclose(p, [0.9], rtol=1e-6)
+    opt.apply(p, np.array([-1.0], np.float32))
+    m = 0.9 * 0.2 + 0.1 * -1.0
+    v = 0.999 * 0.004 + 0.001 * 1.0
+    step = 0.1 * (m / (1 - 0.9 ** 2)) / (np.sqrt(v / (1 - 0.999 ** 2)) + 1e-8)
+    np.testing.assert_allclose(p, [0.9 - step], rtol=1e-5)
+
+
+def test_adam_shared_step_count_threads():
+    n, workers, per = 64, 4, 200
+    opt = Adam(n, lr=1e-4)
+    p = np.zeros(n, np.float32)
+    g = np.full(n, 1e-3, np.float32)
+
+    def work():
+        for _ in range(per):
+            opt.apply(p, g)
+
+    ts = [threading.Thread(target=work) for _ in range(workers)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert opt.step == workers * per
+    assert np.all(np.isfinite(p))
+
+
+def test_adam_failed_apply_does_not_count():
+    opt = Adam(4)
+    with pytest.raises(ValueError, match="grads"):
+        opt.apply(np.zeros(4, np.float32), np.zeros(5, np.float32))
+    assert opt.step == 0
+
+
+@pytest.mark.parametrize("name", ["rmsprop", "adam", "sgd"])
+def test_state_dict_roundtrip(name):
+    rng = np.random.default_rng(3)
+    kw = {"lr": 0.01} if name == "sgd" else {}
+    a = make_optimizer(name, 10, **kw)
+    p = _rand(rng, 10)
+    a.apply(p, _rand(rng, 10))
+    d = a.state_dict()
+    assert d["name"] == name == a.name
+    json.dumps({k: v for k, v in d.items() if not isinstance(v, np.ndarray)})
+    b = make_optimizer(name, 10, **kw)
+    b.load_state_dict(d)
+    p2 = p.copy()
+    g = _rand(rng, 10)
+    a.apply(p, g)
+    b.apply(p2, g)
+    np.testing.assert_array_equal(p, p2)
+
+
+def test_state_dict_errors():
+    opt = RMSProp(10)
+    d = opt.state_dict()
+    d["square_avg"] = np.zeros(9, np.float32)
+    with pytest.raises(ValueError, match="square_avg.*shape"):
+        opt.load_state_dict(d)
+    with pytest.raises(ValueError, match="adam"):
+        opt.load_state_dict(Adam(10).state_dict())
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        make_optimizer("adagrad", 10)
+    with pytest.raises(ValueError, match="alpha"):
+        RMSProp(10, alpha=1.5)
+
+
+def test_bad_inputs_name_the_argument():
+    opt = RMSProp(8)
+    p = np.zeros(8, np.float32)
+    with pytest.raises(TypeError, match="grads.*float32"):
+        opt.apply(p, np.zeros(8, np.float64))
+    with pytest.raises(ValueError, match="grads.*length"):
+        opt.apply(p, np.zeros(7, np.float32))
+    with pytest.raises(ValueError, match="params.*contiguous"):
+        opt.apply(np.zeros(16, np.float32)[::2], np.zeros(8, np.float32))
+    with pytest.raises(ValueError, match="params.*1-D"):
+        opt.apply(np.zeros((2, 4), np.float32), np.zeros(8, np.float32))
+    with pytest.raises(TypeError, match="params"):
+        opt.apply([0.0] * 8, np.zeros(8, np.float32))
+    ro = np.zeros(8, np.float32)
+    ro.setflags(write=False)
+    with pytest.raises(ValueError, match="params.*writeable"):
+        opt.apply(ro, np.zeros(8, np.float32))
+    with pytest.raises(ValueError, match="share memory"):
+        opt.apply(p, p)
+    with pytest.raises(ValueError, match="dst.*length"):
+        sync_params(p, np.zeros(9, np.float32))
+    with pytest.raises(TypeError, match="grads"):
+        clip_grad_norm(np.zeros(3, np.float16), 1.0)
+
+
+def test_sync_params():
+    src = np.arange(1000, dtype=np.float32)
+    dst = np.zeros(1000, np.float32)
+    sync_params(src, dst)
+    np.testing.assert_array_equal(src, dst)
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 1001])
+def test_clip_parity(n):
+    rng = np.random.default_rng(n)
+    g = _rand(rng, n, 3.0)
+    for max_norm in [None, 0.0, 0.5, 1e6]:
+        want, want_norm, _ = ref_clip(g, max_norm)
+        got = g.copy()
+        norm, finite = clip_grad_norm(got, max_norm)
+        assert finite
+        np.testing.assert_allclose(norm, want_norm, rtol=1e-12)
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+def test_clip_scaling_and_noop():
+    g = np.array([3.0, 4.0], np.float32)
+    norm, finite = clip_grad_norm(g, 1.0)
+    assert finite and norm == pytest.approx(5.0)
+    np.testing.assert_allclose(g, [0.6, 0.8], rtol=1e-6)
+    g = np.array([3.0, 4.0], np.float32)
+    assert clip_grad_norm(g, 10.0) == (pytest.approx(5.0), True)
+    np.testing.assert_array_equal(g, [3.0, 4.0])
+    assert clip_grad_norm(g, None)[0] == pytest.approx(5.0)
+    np.testing.assert_array_equal(g, [3.0, 4.0])
+    big = np.full(4, 3e38, np.float32)                  # finite; float64 sum does not overflow
+    norm, finite = clip_grad_norm(big, 1.0)
+    assert finite and norm == pytest.approx(6e38, rel=1e-6)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_clip_nonfinite_untouched(bad):
+    g = np.array([1.0, bad, 2.0] * 5, np.float32)
+    before = g.copy()
+    norm, finite = clip_grad_norm(g, 1.0)
+    assert not finite and not np.isfinite(norm)
+    np.testing.assert_array_equal(g, before)
+
+
+def test_shared_state_apply_and_skip():
+    params = np.array([1.0, 2.0, 3.0], np.float64)
+    s = SharedState(params, SGD(3, lr=1.0))
+    assert s.params.dtype == np.float32 and s.params is not params
+    g = np.array([3.0, 4.0, 0.0], np.float32)
+    norm, applied = s.apply(g, max_grad_norm=1.0)
+    assert applied and norm == pytest.approx(5.0)
+    np.testing.assert_allclose(s.params, [0.4, 1.2, 3.0], rtol=1e-6)
+    np.testing.assert_array_equal(g, [3.0, 4.0, 0.0])     # grads not modified
+    before = s.params.copy()
+    norm, applied = s.apply(np.array([np.nan, 0, 0], np.float32), 1.0)
+    assert not applied
+    np.testing.assert_array_equal(s.params, before)
+    assert s.counters() == {"steps": 0, "updates": 1, "episodes": 0, "skipped_updates": 1}
+
+
+def test_shared_state_nonfinite_keeps_optimizer_stats():
+    s = SharedState(np.zeros(4, np.float32), Adam(4))
+    s.apply(np.array([np.inf, 0, 0, 0], np.float32), 40.0)
+    assert s.optimizer.step == 0 and not s.optimizer.exp_avg.any()
+    assert s.skipped_updates == 1
+
+
+def test_shared_state_counters_threads_and_checkpoint():
+    s = SharedState(np.zeros(5, np.float32), RMSProp(5, anneal_steps=10))
+
+    def work():
+        for _ in range(1000):
+            s.add_steps(20)
+            s.add_episodes(1)
+
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert s.steps == 80000 and s.episodes == 4000
+    s.apply(np.ones(5, np.float32), 40.0, global_step=0)
+    d = s.state_dict()
+    s2 = SharedState.from_state_dict(d)
+    assert s2.counters() == s.counters()
+    np.testing.assert_array_equal(s2.params, s.params)
+    np.testing.assert_array_equal(s2.optimizer.square_avg, s.optimizer.square_avg)
+    assert s2.optimizer.anneal_steps == 10
+    d["params"] = np.zeros(6, np.float32)
+    with pytest.raises(ValueError, match="params.*shape"):
+        s2.load_state_dict(d)
+    with pytest.raises(ValueError, match="optimizer is for"):
+        SharedState(np.zeros(6, np.float32), RMSProp(5))
+
+
+@pytest.mark.parametrize("name", ["rmsprop", "adam"])
+def test_hogwild_stress_quadratic(name):
+    """4 threads hammer the same shared params for ~1 s: finite, loss decreases."""
+    n = 20000
+    rng = np.random.default_rng(0)
+    target = _rand(rng, n)
+    kw = {"lr": 1e-2} if name == "rmsprop" else {"lr": 1e-2}
+    s = SharedState(np.zeros(n, np.float32), make_optimizer(name, n, **kw))
+
+    def loss(p):
+        return 0.5 * float(np.sum((p.astype(np.float64) - target) ** 2))
+
+    loss0 = loss(s.params)
+    stop = time.perf_counter() + 1.0
+    errors = []
+
+    def work(seed):
+        r = np.random.default_rng(seed)
+        local = np.empty(n, np.float32)
+        grads = np.empty(n, np.float32)
+        try:
+            while time.perf_counter() < stop:
+                s.sync_to(local)
+                np.subtract(local, target, out=grads)
+                grads += r.standard_normal(n).astype(np.float32) * 0.1
+                s.apply(grads, 40.0)
+                s.add_steps(1)
+        except Exception as e:                           # pragma: no cover
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+    assert s.updates > 20 and s.skipped_updates == 0
+    assert np.all(np.isfinite(s.params))
+    assert loss(s.params) < 0.5 * loss0

@@ -1,0 +1,155 @@
+"""Smoke tests of the real CLI and trainer with tiny budgets."""
+import csv
+import json
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from a3c_core.checkpoint import load_checkpoint, save_checkpoint
+from a3c_core.cli import main
+from a3c_core.train.config import Config, ConfigError
+from a3c_core.train.trainer import Trainer, TrainingError
+
+pytest.importorskip("vizdoom")
+pytest.importorskip("gymnasium")
+
+
+def _episodes(run_dir):
+    with open(os.path.join(run_dir, "episodes.csv")) as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_cli_train_eval_resume_doom(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    run = str(tmp_path / "run")
+    rc = main(["train", "--env", "doom:basic", "--workers", "2", "--total-steps", "400",
+               "--run-dir", run, "--quiet", "--no-tensorboard"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "done:" in out
+    ck = load_checkpoint(run)
+    assert ck.meta["counters"]["steps"] >= 400
+    assert ck.meta["env"]["action_names"] == ["MOVE_LEFT", "MOVE_RIGHT", "ATTACK"]
+    assert ck.meta["network"]["name"] == "doom-lstm"
+    eps = _episodes(run)
+    assert len(eps) >= 1 and all(-500 < float(e["return"]) < 150 for e in eps)  # raw, unscaled
+    with open(os.path.join(run, "metrics.csv")) as fh:
+        names = {row["name"] for row in csv.DictReader(fh)}
+    assert "charts/episodic_return" in names
+    # ViZDoom runtime files never land in the working directory
+    assert not any(n.startswith("_vizdoom") for n in os.listdir(tmp_path))
+
+    rc = main(["eval", run, "--which", "latest", "--episodes", "2"])
+    assert rc == 0
+    assert "2 episodes (greedy): mean raw reward" in capsys.readouterr().out
+
+    steps_before = ck.meta["counters"]["steps"]
+    rc = main(["train", "--resume", run, "--total-steps", str(steps_before + 200), "--quiet"])
+    assert rc == 0
+    ck2 = load_checkpoint(run)
+    assert ck2.meta["counters"]["steps"] >= steps_before + 200
+    assert ck2.meta["counters"]["resumes"] == 1
+
+
+def test_cli_train_cartpole_and_gif_free_eval(tmp_path, capsys):
+    run = str(tmp_path / "cp")
+    rc = main(["train", "--env", "CartPole-v1", "--workers", "2", "--total-steps", "600",
+               "--run-dir", run, "--quiet", "--no-tensorboard"])
+    assert rc == 0
+    ck = load_checkpoint(run)
+    assert ck.meta["network"]["name"] == "mlp-lstm"
+    assert main(["eval", run, "--which", "latest", "--episodes", "3", "--sample"]) == 0
+    assert "3 episodes (sampled)" in capsys.readouterr().out
+
+
+def test_one_worker_fixed_seed_is_deterministic(tmp_path):
+    params = []
+    for k in range(2):
+        cfg = Config(env="doom:basic", workers=1, total_steps=300, seed=7, quiet=True,
+                     tensorboard=False, checkpoint_interval=0, run_dir=str(tmp_path / f"r{k}"))
+        res = Trainer(cfg).run()
+        params.append(load_checkpoint(res.run_dir).params)
+    np.testing.assert_array_equal(params[0], params[1])
+    cfg = Config(env="doom:basic", workers=1, total_steps=300, seed=8, quiet=True,
+                 tensorboard=False, checkpoint_interval=0, run_dir=str(tmp_path / "r2"))
+    other = load_checkpoint(Trainer(cfg).run().run_dir).params
+    assert not np.array_equal(params[0], other)
+
+
+def test_bad_config_and_unknown_env_are_clear(tmp_path, capsys):
+    assert main(["train", "--t-max", "0", "--run-dir", str(tmp_path / "x")]) == 2
+    assert "'t_max'" in capsys.readouterr().err
+    assert main(["train", "--env", "doom:no_such_scenario", "--run-dir", str(tmp_path / "y")]) == 2
+    err = capsys.readouterr().err
+    assert "no_such_scenario" in err and "basic" in err
+    assert main(["train", "--env", "NoSuchEnv-v9", "--run-dir", str(tmp_path / "z")]) == 2
+    assert "NoSuchEnv-v9" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "x") and not os.path.exists(tmp_path / "y")
+
+
+def test_existing_run_is_not_overwritten(tmp_path, capsys):
+    run = str(tmp_path / "run")
+    assert main(["train", "--env", "CartPole-v1", "--workers", "1", "--total-steps", "100",
+                 "--run-dir", run, "--quiet", "--no-tensorboard"]) == 0
+    before = open(os.path.join(run, "checkpoints", "latest.npz"), "rb").read()
+    assert main(["train", "--env", "CartPole-v1", "--run-dir", run, "--quiet"]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    assert open(os.path.join(run, "checkpoints", "latest.npz"), "rb").read() == before
+
+
+def test_resume_from_corrupt_checkpoint_fails_and_keeps_file(tmp_path, capsys):
+    run = str(tmp_path / "run")
+    assert main(["train", "--env", "CartPole-v1", "--workers", "1", "--total-steps", "100",
+                 "--run-dir", run, "--quiet", "--no-tensorboard"]) == 0
+    path = os.path.join(run, "checkpoints", "latest.npz")
+    data = open(path, "rb").read()
+    with open(path, "wb") as fh:
+        fh.write(data[: len(data) // 3])
+    assert main(["train", "--resume", run, "--total-steps", "300", "--quiet"]) == 2
+    assert "truncated or corrupt" in capsys.readouterr().err
+    assert open(path, "rb").read() == data[: len(data) // 3]
+    assert main(["train", "--resume", str(tmp_path / "missing"), "--quiet"]) == 2
+
+
+def test_worker_exception_stops_run_and_checkpoints(tmp_path, monkeypatch):
+    cfg = Config(env="CartPole-v1", workers=2, total_steps=10_000_000, quiet=True,
+                 tensorboard=False, checkpoint_interval=0, run_dir=str(tmp_path / "run"))
+    trainer = Trainer(cfg)
+    calls = {"n": 0}
+    real = trainer._record_episode
+
+    def flaky(wid, ret, length):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("simulated worker crash")
+        return real(wid, ret, length)
+
+    trainer._record_episode = flaky
+    with pytest.raises(TrainingError) as ei:
+        trainer.run()
+    assert "simulated worker crash" in ei.value.worker_tracebacks[0][1]
+    ck = load_checkpoint(str(tmp_path / "run"))
+    assert ck.meta["counters"]["steps"] > 0
+    summary = json.load(open(os.path.join(str(tmp_path / "run"), "summary.json")))
+    assert summary["status"] == "failed"
+
+
+def test_keyboard_interrupt_writes_checkpoint(tmp_path):
+    cfg = Config(env="CartPole-v1", workers=2, total_steps=10_000_000, quiet=True,
+                 tensorboard=False, checkpoint_interval=0, run_dir=str(tmp_path / "run"))
+    trainer = Trainer(cfg)
+    real_wait = trainer.stop_event.wait
+    ticks = {"n": 0}
+
+    def wait(timeout=None):
+        ticks["n"] += 1
+        if ticks["n"] == 5:
+            raise KeyboardInterrupt
+        return real_wait(timeout)
+
+    trainer.stop_event.wait = wait
+    res = trainer.run()
+    assert res.status == "interrupted"
+    assert load_checkpoint(str(tmp_path / "run")).meta["counters"]["steps"] > 0
