@@ -1,0 +1,21 @@
+"""Network engine: flat-buffer layers, numpy reference twins, Numba kernels.
+
+* :func:`build_network` / :func:`network_from_spec` - actor-critic networks;
+* :class:`ParamLayout` - name -> (offset, shape) over one flat buffer;
+* :mod:`a3c_core.nn.ref` - plain-numpy reference layers;
+* :mod:`a3c_core.nn.kernels` - the compiled twins;
+* :func:`gradcheck` - whole-loss finite-difference check (float64).
+"""
+from .layout import ParamLayout
+from .network import SPECS, Network, build_network, network_from_spec
+
+
+def __getattr__(name):
+    if name == "gradcheck":
+        from .gradcheck import gradcheck
+        return gradcheck
+    raise AttributeError(f"module 'a3c_core.nn' has no attribute {name!r}")
+
+
+__all__ = ["ParamLayout", "SPECS", "Network", "build_network", "network_from_spec",
+           "gradcheck"]
