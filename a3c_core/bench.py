@@ -1,0 +1,734 @@
+"""``a3c bench``: kernel, update, env and end-to-end throughput of the A3C engine.
+
+Every row warms up, then times ``--repeat`` repetitions (each long enough to
+dwarf the timer) and reports the median, min and max.  Rows:
+
+* ``sgemm peak``: numpy float32 ``n x n @ n x n`` on ONE BLAS thread, GFLOP/s;
+  the reference every "fraction of peak" is relative to.
+* ``step``: batch-1 ``net.step(obs, state)`` (LSTM state carried), us.
+* ``loss_and_grad``: forward + BPTT backward over a ``t_max``-step rollout,
+  us and achieved GFLOP/s.  FLOPs come from :func:`flops`: multiply-adds of
+  conv / dense / LSTM layers x 2 for the forward, x 2 again for the backward
+  (input grads + weight grads; the first layer needs no input grad).
+  Elementwise work (activations, softmax, LSTM gates) is not counted, so the
+  figure is a slight under-count of the work actually done.
+* ``update``: what a worker does per rollout after the forward steps:
+  loss_and_grad + clip_grad_norm + RMSProp apply + sync_params, us.
+* ``rmsprop/adam apply``, ``clip_grad_norm``, ``gae``: flat-buffer kernels, us.
+* ``preprocess``: uint8 gray 120x160 -> float32 84x84 (area resize), us.
+* ``env step``: one ``env.step(a)`` of the env (ViZDoom: frame skip 4; the
+  episode resets are not timed), us.  Skipped when the env cannot be made.
+* ``train steps/s wN`` / ``train frames/s wN``: a real :class:`Trainer` with
+  N worker threads; after the first update plus a warm-up period the global
+  step counter is sampled every 0.5 s for ``--seconds``; median/min/max are
+  over those windows, the note gives the whole-window mean.  frames/s =
+  steps/s x frame skip.  ``scaling wN`` = steps/s(N) / (N x steps/s(1)).
+* ``GIL held (1 worker)``: the share of wall-clock time one training worker
+  holds the GIL, measured from outside (see :func:`gil_probe`): a probe
+  thread loops "spin ~200 us in a nogil Numba kernel, then take the GIL back
+  and record the cycle time".  Alone, cycles last a fixed time; next to the
+  worker a cycle that ends while the worker runs Python code waits until the
+  worker releases the GIL.  The probe's lost time, sum(max(0, cycle -
+  alone median)) / wall time, estimates the worker's GIL share, i.e. exactly
+  what a second GIL-needing thread would lose.  It includes the GIL hand-off
+  latency (futex wake-ups, ~tens of us in a VM), so it reads high when the
+  worker takes and drops the GIL very often in tiny bursts.  Checked against
+  a synthetic worker of known duty cycle (5-200 us GIL bursts, 100-800 us
+  nogil gaps): within ~+0.01..+0.05 of the truth.  The probe holds the GIL
+  ~1 us per cycle and busy-spins one core, so it needs a free core: when
+  the machine is loaded the worker and the probe also compete for CPU and
+  the figure reads high; the note gives the worker's steps/s with and
+  without the probe and flags the row PERTURBED when it drops by >10 %.  ``GIL us/step`` = share / steps/s is the serial
+  Python time per agent step, and 1 / share bounds the thread speed-up.
+
+``--json PATH`` writes the rows plus machine info (CPU model, cores, Python,
+numpy, numba versions) and the FLOP counts.  The default run takes about a
+minute on 2 cores; ``--quick`` is a few seconds per section (smoke test).
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+# ---------------------------------------------------------------------------
+# FLOP counting
+
+
+def layer_table(net) -> list[dict]:
+    """The compute layers of ``net`` as dicts ``{kind, name, macs, ...}`` (per step).
+
+    ``kind`` is ``conv`` (``in_shape``, ``out_shape``, ``k``, ``stride``),
+    ``dense`` (``n_in``, ``n_out``) or ``lstm`` (``n_in``, ``hidden``).  Works
+    from the network's conv descriptors when it has them, else from the
+    parameter shapes (convolutions then use the doom strides 4, 2).
+    """
+    shapes = {k: tuple(v.shape) for k, v in net.state_dict().items()}
+    obs_shape = tuple(getattr(net, "obs_shape", None) or net.spec["obs_shape"])
+    convs = {c.name: c for c in getattr(net, "convs", [])}
+    return layers_from_shapes(shapes, obs_shape,
+                              strides={n: c.stride for n, c in convs.items()} or None)
+
+
+DOOM_STRIDES = {"conv1": 4, "conv2": 2}
+
+
+def layers_from_shapes(shapes: dict, obs_shape, strides=None) -> list[dict]:
+    """Layers from ``{param name: shape}`` in layout order (see :func:`layer_table`)."""
+    strides = dict(DOOM_STRIDES if strides is None else strides)
+    groups: dict[str, dict] = {}
+    for key, shp in shapes.items():
+        mod, _, p = key.rpartition(".")
+        groups.setdefault(mod, {})[p] = tuple(shp)
+    layers = []
+    cur = tuple(obs_shape)
+    for mod, ps in groups.items():
+        if "weight_ih" in ps:
+            g4, n_in = ps["weight_ih"]
+            layers.append({"kind": "lstm", "name": mod, "n_in": n_in, "hidden": g4 // 4,
+                           "macs": g4 * (n_in + g4 // 4)})
+            cur = (g4 // 4,)
+        elif "weight" in ps and len(ps["weight"]) == 4:
+            o, c, kh, kw = ps["weight"]
+            s = int(strides.get(mod, 1))
+            _, h, w = cur
+            oh, ow = (h - kh) // s + 1, (w - kw) // s + 1
+            layers.append({"kind": "conv", "name": mod, "in_shape": cur, "out_shape": (o, oh, ow),
+                           "k": (kh, kw), "stride": s, "macs": oh * ow * o * c * kh * kw})
+            cur = (o, oh, ow)
+        elif "weight" in ps and len(ps["weight"]) == 2:
+            n_out, n_in = ps["weight"]
+            layers.append({"kind": "dense", "name": mod, "n_in": n_in, "n_out": n_out,
+                           "macs": n_out * n_in})
+            if mod not in ("policy", "value"):
+                cur = (n_out,)
+    return layers
+
+
+def flops(net_or_spec="doom-lstm", obs_shape=(1, 84, 84), n_actions=3, *, T=1, **spec_kwargs) -> dict:
+    """FLOPs of ``T`` steps of a network: ``{forward, backward, total, per_step, layers}``.
+
+    ``net_or_spec`` is a built network or a spec name (built with
+    ``obs_shape``, ``n_actions``).  forward = 2 x multiply-adds of every
+    conv/dense/LSTM layer; backward = 2 x forward minus the first layer's
+    input-gradient GEMM (the observation needs no gradient).  Elementwise
+    operations are not counted.
+    """
+    if isinstance(net_or_spec, str):
+        from a3c_core.nn.network import build_network
+
+        net = build_network(net_or_spec, obs_shape, n_actions, **spec_kwargs)
+    else:
+        net = net_or_spec
+    return flops_of_layers(layer_table(net), T=T)
+
+
+def flops_of_layers(layers, *, T=1) -> dict:
+    """See :func:`flops`; ``layers`` as returned by :func:`layer_table`."""
+    fwd = sum(2 * L["macs"] for L in layers)
+    first = 2 * layers[0]["macs"] if layers else 0
+    bwd = 2 * fwd - first
+    return {"forward": fwd * T, "backward": bwd * T, "total": (fwd + bwd) * T,
+            "per_step": {"forward": fwd, "backward": bwd},
+            "layers": [dict(L, forward_flops=2 * L["macs"]) for L in layers], "T": T}
+
+
+# ---------------------------------------------------------------------------
+# machine info and timing helpers
+
+
+def machine_info() -> dict:
+    """CPU model, core counts, OS, Python / numpy / numba versions, BLAS."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info = {
+        "cpu_model": cpu,
+        "cpu_count": os.cpu_count(),
+        "affinity_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+    }
+    try:
+        import numba
+
+        info["numba"] = numba.__version__
+    except ImportError:  # pragma: no cover - numba is a dependency
+        info["numba"] = None
+    try:
+        from threadpoolctl import threadpool_info
+
+        info["blas"] = [{k: d.get(k) for k in ("internal_api", "version", "num_threads")}
+                        for d in threadpool_info() if d.get("user_api") == "blas"]
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        import a3c_core
+
+        info["a3c_core"] = a3c_core.__version__
+    except Exception:  # pragma: no cover
+        pass
+    return info
+
+
+class Row:
+    """One table row: ``name``, ``median``/``min``/``max`` in ``unit``, ``notes``."""
+
+    def __init__(self, name, samples, unit, notes="", extra=None):
+        vals = [float(v) for v in samples]
+        self.name, self.unit, self.notes = name, unit, notes
+        self.median = statistics.median(vals)
+        self.min, self.max = min(vals), max(vals)
+        self.n = len(vals)
+        self.extra = extra or {}
+
+    def to_dict(self):
+        d = {"name": self.name, "median": self.median, "min": self.min, "max": self.max,
+             "unit": self.unit, "notes": self.notes, "samples": self.n}
+        d.update(self.extra)
+        return d
+
+
+def time_call(fn, *, repeat=7, min_time=0.05, warmup=3) -> list[float]:
+    """Seconds per call of ``fn()``: ``repeat`` samples, each the mean over a
+    batch of calls that lasts at least ``min_time`` (after ``warmup`` calls)."""
+    for _ in range(warmup):
+        fn()
+    n = 1
+    while True:  # calibrate the batch size
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        dt = time.perf_counter() - t0
+        if dt >= min_time or n >= 1 << 20:
+            break
+        n = max(n * 2, int(n * min_time / max(dt, 1e-9) * 1.2))
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        out.append((time.perf_counter() - t0) / n)
+    return out
+
+
+def _us(samples):
+    return [s * 1e6 for s in samples]
+
+
+# ---------------------------------------------------------------------------
+# sections
+
+
+def bench_sgemm(n, repeat, min_time) -> Row:
+    """Single-thread float32 GEMM GFLOP/s (numpy/BLAS), the peak reference."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    c = np.empty((n, n), np.float32)
+    secs = time_call(lambda: np.matmul(a, b, out=c), repeat=repeat, min_time=min_time)
+    gf = [2.0 * n ** 3 / s / 1e9 for s in secs]
+    return Row("sgemm peak", gf, "GFLOP/s", f"numpy float32 {n}x{n}x{n}, 1 BLAS thread")
+
+
+def _rollout(net, T, rng):
+    obs = rng.random((T,) + tuple(net.obs_shape), dtype=np.float32).astype(net.params.dtype)
+    actions = rng.integers(0, net.n_actions, T).astype(np.int64)
+    returns = rng.standard_normal(T).astype(net.params.dtype)
+    adv = rng.standard_normal(T).astype(net.params.dtype)
+    return obs, actions, returns, adv
+
+
+def bench_network(net, T, repeat, min_time, peak, fl) -> list[Row]:
+    from a3c_core import core
+
+    rows = []
+    rng = np.random.default_rng(0)
+    obs1 = rng.random(tuple(net.obs_shape), dtype=np.float32)
+    holder = [net.initial_state()]
+
+    def step():
+        _, _, holder[0] = net.step(obs1, holder[0])
+
+    s = time_call(step, repeat=repeat, min_time=min_time)
+    gf = fl["per_step"]["forward"] / statistics.median(s) / 1e9
+    rows.append(Row("step (batch 1)", _us(s), "us",
+                    f"{net.spec['name']}; {gf:.1f} GFLOP/s = {gf / peak:.0%} of sgemm peak "
+                    f"({fl['per_step']['forward'] / 1e6:.2f} MFLOP)"))
+
+    obs, actions, returns, adv = _rollout(net, T, rng)
+    state0 = net.initial_state()
+
+    def lag():
+        net.loss_and_grad(obs, actions, returns, adv, state0, value_coef=0.5, entropy_beta=0.01)
+
+    s = time_call(lag, repeat=repeat, min_time=min_time)
+    rows.append(Row(f"loss_and_grad T={T}", _us(s), "us", "forward + BPTT backward, grads into flat buffer"))
+    total = fl["forward"] + fl["backward"]
+    gfs = [total / x / 1e9 for x in s]
+    rows.append(Row(f"loss_and_grad T={T} GFLOP/s", gfs, "GFLOP/s",
+                    f"{total / 1e6:.1f} MFLOP/update; {statistics.median(gfs) / peak:.0%} of sgemm peak",
+                    {"fraction_of_peak": statistics.median(gfs) / peak, "flops": total}))
+
+    shared = net.params.copy()
+    opt = core.RMSProp(net.n_params, lr=7e-4, alpha=0.99, eps=0.1)
+
+    def update():
+        net.loss_and_grad(obs, actions, returns, adv, state0, value_coef=0.5, entropy_beta=0.01)
+        core.clip_grad_norm(net.grads, 40.0)
+        opt.apply(shared, net.grads, 0)
+        core.sync_params(shared, net.params)
+
+    s = time_call(update, repeat=repeat, min_time=min_time)
+    rows.append(Row(f"update T={T}", _us(s), "us", "loss_and_grad + clip + RMSProp apply + sync_params"))
+
+    grads = (rng.standard_normal(net.n_params) * 1e-3).astype(net.params.dtype)
+    params = net.params.copy()
+    n = net.n_params
+    for name, opt in (("rmsprop apply", core.RMSProp(n, lr=7e-4, alpha=0.99, eps=0.1)),
+                      ("adam apply", core.Adam(n, lr=1e-4))):
+        s = time_call(lambda: opt.apply(params, grads, 0), repeat=repeat, min_time=min_time)
+        rows.append(Row(name, _us(s), "us", f"{n:,} float32 params, in place"))
+    g2 = grads.copy()
+    s = time_call(lambda: core.clip_grad_norm(g2, 1e9), repeat=repeat, min_time=min_time)
+    rows.append(Row("clip_grad_norm", _us(s), "us", f"{n:,} params (no rescale)"))
+    r = rng.standard_normal(T).astype(np.float32)
+    v = rng.standard_normal(T).astype(np.float32)
+    s = time_call(lambda: core.gae(r, v, 0.5, 0.99, 1.0), repeat=repeat, min_time=min_time)
+    rows.append(Row(f"gae T={T}", _us(s), "us", "returns + advantages"))
+    return rows
+
+
+def bench_preprocess(in_shape, out_shape, repeat, min_time) -> Row:
+    from a3c_core.core import Preprocessor
+
+    prep = Preprocessor(tuple(in_shape), tuple(out_shape))
+    frame = np.random.default_rng(0).integers(0, 256, tuple(in_shape), dtype=np.uint8)
+    out = np.empty(tuple(out_shape), np.float32)
+    s = time_call(lambda: prep(frame, out), repeat=repeat, min_time=min_time)
+    shp = "x".join(map(str, in_shape))
+    return Row("preprocess", _us(s), "us", f"uint8 {shp} -> float32 {out_shape[0]}x{out_shape[1]} area resize")
+
+
+def bench_env(env, repeat, min_time) -> Row:
+    """env.step(a) of random actions; resets are done outside the timed region."""
+    rng = np.random.default_rng(0)
+    env.reset()
+    acts = rng.integers(0, env.n_actions, 4096)
+    pos = [0]
+
+    def batch(n):
+        t = 0.0
+        for _ in range(n):
+            a = int(acts[pos[0] & 4095])
+            pos[0] += 1
+            t0 = time.perf_counter()
+            _, _, term, trunc = env.step(a)
+            t += time.perf_counter() - t0
+            if term or trunc:
+                env.reset()
+        return t
+
+    batch(20)
+    t0 = time.perf_counter()
+    batch(10)
+    per = max((time.perf_counter() - t0) / 10, 1e-6)
+    n = max(10, int(min_time / per))
+    samples = [batch(n) / n for _ in range(repeat)]
+    spec = env.spec() if callable(getattr(env, "spec", None)) else {}
+    fs = spec.get("frame_skip", "?") if isinstance(spec, dict) else "?"
+    return Row("env step", _us(samples), "us", f"{spec.get('id', '?') if isinstance(spec, dict) else ''}"
+               f" frame skip {fs}; random actions; resets untimed")
+
+
+# -- end to end -------------------------------------------------------------
+
+
+class _TrainerRun:
+    """A real Trainer in a background thread, stopped by :meth:`stop`."""
+
+    def __init__(self, env, spec, workers, seed=0, limit_s=600.0):
+        from a3c_core.train.config import Config
+        from a3c_core.train.trainer import Trainer
+
+        self.tmp = tempfile.TemporaryDirectory(prefix="a3c-bench-")
+        cfg = Config(env=env, spec=spec, workers=workers, total_steps=0, total_seconds=float(limit_s),
+                     seed=seed, run_dir=os.path.join(self.tmp.name, "run"), quiet=True,
+                     tensorboard=False, checkpoint_interval=0.0, log_interval=1.0)
+        self.trainer = Trainer(cfg, out=io.StringIO())
+        es = self.trainer.env_spec if isinstance(self.trainer.env_spec, dict) else {}
+        self.frame_skip = int(es.get("frame_skip") or cfg.frame_skip or 1)
+        self.result, self.error = None, None
+        self.thread = threading.Thread(target=self._run, name="a3c-bench-trainer", daemon=True)
+
+    def _run(self):
+        try:
+            self.result = self.trainer.run()
+        except BaseException as e:  # noqa: BLE001 - re-raised by stop()
+            self.error = e
+
+    @property
+    def steps(self):
+        return int(self.trainer.shared.steps)
+
+    def start(self, warmup, timeout=120.0):
+        """Start; return once the first update is done and ``warmup`` s passed."""
+        self.thread.start()
+        t_end = time.perf_counter() + timeout
+        while self.steps == 0:
+            if not self.thread.is_alive() or time.perf_counter() > t_end:
+                self.stop()
+                raise RuntimeError("training produced no steps")
+            time.sleep(0.02)
+        time.sleep(warmup)
+
+    def sample_rates(self, seconds, tick=0.5):
+        """Steps/s over ``tick`` windows for ``seconds``; also the overall mean."""
+        rates = []
+        t0 = t_prev = time.perf_counter()
+        s0 = s_prev = self.steps
+        while True:
+            time.sleep(tick)
+            t, s = time.perf_counter(), self.steps
+            rates.append((s - s_prev) / (t - t_prev))
+            t_prev, s_prev = t, s
+            if t - t0 >= seconds:
+                break
+            if not self.thread.is_alive():
+                break
+        return rates, (s_prev - s0) / (t_prev - t0)
+
+    def stop(self):
+        self.trainer.stop_event.set()
+        self.thread.join(120)
+        try:
+            if self.error is not None:
+                raise self.error
+        finally:
+            self.tmp.cleanup()
+
+
+def bench_e2e(env, spec, worker_counts, seconds, warmup) -> list[Row]:
+    rows, base = [], None
+    for n in worker_counts:
+        run = _TrainerRun(env, spec, n)
+        run.start(warmup)
+        rates, mean = run.sample_rates(seconds)
+        run.stop()
+        fs = run.frame_skip
+        rows.append(Row(f"train steps/s w{n}", rates, "steps/s",
+                        f"{n} worker thread(s); mean {mean:.0f} over {seconds:g}s after warm-up",
+                        {"workers": n, "mean": mean}))
+        rows.append(Row(f"train frames/s w{n}", [r * fs for r in rates], "frames/s",
+                        f"steps/s x frame skip {fs}; mean {mean * fs:.0f}", {"workers": n, "mean": mean * fs}))
+        if n == 1:
+            base = mean
+        if base and n > 1:
+            eff = mean / (n * base)
+            rows.append(Row(f"scaling w{n}", [eff], "ratio",
+                            f"steps/s(w{n}) / ({n} x steps/s(w1)); speed-up {mean / base:.2f}x",
+                            {"workers": n}))
+    return rows
+
+
+# -- GIL --------------------------------------------------------------------
+
+
+_SPIN = None
+
+
+def _spin_kernel():
+    """A nogil Numba busy loop and its seconds per iteration (compiled once)."""
+    global _SPIN
+    if _SPIN is None:
+        from a3c_core._jit import kernel
+
+        @kernel
+        def spin(n):
+            x = 0.0
+            for i in range(n):
+                x += i * 1e-9
+            return x
+
+        spin(10)
+        per = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            spin(2_000_000)
+            per.append((time.perf_counter() - t0) / 2_000_000)
+        _SPIN = (spin, min(per))
+    return _SPIN
+
+
+def gil_probe(seconds, period=200e-6) -> np.ndarray:
+    """Durations (s) of probe cycles: ``period`` of GIL-free spinning + GIL re-acquisition.
+
+    Each cycle calls a ``nogil`` Numba busy loop of ~``period`` (the GIL is
+    released inside), then needs the GIL back to continue in Python.  Alone,
+    every cycle lasts about the same; while another thread holds the GIL the
+    cycle ends only once that thread lets go (and the hand-off completes).
+    Busy-waiting instead of sleeping keeps the CPU out of idle states, so the
+    baseline does not depend on how busy the machine is.  The probe holds
+    the GIL ~1 us per cycle and keeps one core busy.
+    """
+    spin, per = _spin_kernel()
+    n = max(1, int(period / per))
+    out = []
+    perf = time.perf_counter
+    t_end = perf() + seconds
+    t0 = perf()
+    while t0 < t_end:
+        spin(n)
+        t1 = perf()
+        out.append(t1 - t0)
+        t0 = t1
+    return np.asarray(out)
+
+
+def gil_blocked_fraction(cycles, baseline) -> float:
+    """Share of the probe's wall time lost beyond its alone median cycle (time-weighted)."""
+    cycles = np.asarray(cycles)
+    return float(np.sum(np.maximum(0.0, cycles - baseline)) / max(np.sum(cycles), 1e-12))
+
+
+def bench_gil(env, spec, seconds, warmup) -> list[Row]:
+    """GIL share of one training worker, by the probe of :func:`gil_probe`."""
+    alone = gil_probe(1.0)
+    base = float(np.median(alone))
+    noise = gil_blocked_fraction(alone, base)
+    run = _TrainerRun(env, spec, 1)
+    try:
+        run.start(warmup)
+        _, sps_alone = run.sample_rates(seconds / 2)
+        s0, t0 = run.steps, time.perf_counter()
+        chunks = []
+        t_end = t0 + seconds
+        while time.perf_counter() < t_end:  # 0.5 s chunks -> spread for min/max
+            chunks.append(gil_probe(0.5))
+        sps_probe = (run.steps - s0) / (time.perf_counter() - t0)
+    finally:
+        run.stop()
+    fracs = [gil_blocked_fraction(c, base) for c in chunks]
+    frac = gil_blocked_fraction(np.concatenate(chunks), base)
+    note = (f"probe thread (200us nogil spin + GIL re-acquire) loses this share of its time to "
+            f"the worker (alone: {noise:.1%}); worker {sps_probe:.0f} steps/s with probe, "
+            f"{sps_alone:.0f} without")
+    if sps_alone > 0 and sps_probe < 0.9 * sps_alone:
+        note = ("PERTURBED (worker >10% slower with the probe: no free core? rerun on a quiet "
+                "machine); " + note)
+    us_step = [f / sps_probe * 1e6 for f in fracs] if sps_probe > 0 else [0.0]
+    return [
+        Row("GIL held (1 worker)", [f * 100 for f in fracs], "%", note,
+            {"fraction": frac, "probe_alone_fraction": noise, "probe_cycle_us": base * 1e6,
+             "worker_sps_with_probe": sps_probe, "worker_sps_alone": sps_alone,
+             "probe_cycles": int(sum(c.size for c in chunks))}),
+        Row("GIL us/step", us_step, "us",
+            f"GIL-held time per agent step (fraction / steps/s); threads can speed up at most "
+            f"~{(1 / frac if frac > 0 else float('inf')):.0f}x (Amdahl)"),
+    ]
+
+
+# ---------------------------------------------------------------------------
+# table and CLI
+
+
+def format_table(rows) -> str:
+    head = ("name", "median", "min", "max", "unit", "notes")
+    def num(x, unit=""):
+        if unit == "ratio":
+            return f"{x:.3f}"
+        if x == 0 or not math.isfinite(x):
+            return f"{x:g}"
+        return f"{x:.3g}" if abs(x) < 100 else f"{x:,.0f}"
+    body = [(r.name, num(r.median, r.unit), num(r.min, r.unit), num(r.max, r.unit), r.unit, r.notes)
+            for r in rows]
+    w = [max(len(head[i]), *(len(b[i]) for b in body)) if body else len(head[i]) for i in range(5)]
+    lines = ["  ".join([head[0].ljust(w[0])] + [head[i].rjust(w[i]) for i in (1, 2, 3)]
+                       + [head[4].ljust(w[4]), head[5]])]
+    lines.append("-" * (sum(w) + 8 + 6 + 5))
+    for b in body:
+        lines.append("  ".join([b[0].ljust(w[0])] + [b[i].rjust(w[i]) for i in (1, 2, 3)]
+                               + [b[4].ljust(w[4]), b[5]]))
+    return "\n".join(lines)
+
+
+def _parse_workers(s):
+    try:
+        out = [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--workers: expected e.g. 1,2,4, got {s!r}") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"--workers: counts must be >= 1, got {s!r}")
+    return out
+
+
+def default_workers():
+    n = os.cpu_count() or 1
+    out, k = [], 1
+    while k < n:
+        out.append(k)
+        k *= 2
+    out.append(n)
+    return out
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="a3c bench",
+        description="Measure kernel, update, env and end-to-end A3C throughput (median of "
+                    "repetitions after warm-up). See the module docstring of a3c_core.bench "
+                    "for what each row measures.")
+    p.add_argument("--spec", default="auto", help="network spec (default: the env's default, doom-lstm)")
+    p.add_argument("--env", default="doom:basic", help="environment id (default doom:basic)")
+    p.add_argument("--workers", type=_parse_workers, default=None,
+                   help="worker counts for end-to-end training, e.g. 1,2,4 (default 1,2,..,cores)")
+    p.add_argument("--seconds", type=float, default=None,
+                   help="measured seconds per end-to-end point (default 6, --quick 2)")
+    p.add_argument("--repeat", type=int, default=None, help="repetitions per micro-benchmark (default 7, --quick 3)")
+    p.add_argument("--t-max", type=int, default=20, help="rollout length of loss_and_grad/update (default 20)")
+    p.add_argument("--sgemm-n", type=int, default=None, help="sgemm size n (default 1024, --quick 256)")
+    p.add_argument("--quick", action="store_true", help="short runs (smoke test; numbers are rough)")
+    p.add_argument("--skip-e2e", action="store_true", help="skip end-to-end training and the GIL probe")
+    p.add_argument("--skip-env", action="store_true", help="skip the env step row")
+    p.add_argument("--skip-gil", action="store_true", help="skip the GIL probe")
+    p.add_argument("--json", metavar="PATH", help="also write rows + machine info as JSON")
+    return p
+
+
+def _make_env(env_id):
+    """``(env, None)`` or ``(None, reason)``: the env gives the network's input shape."""
+    try:
+        from a3c_core.envs import make_env
+
+        runtime = tempfile.mkdtemp(prefix="a3c-bench-env-")  # ViZDoom writes _vizdoom* here
+        try:
+            env = make_env(env_id, seed=0, runtime_dir=runtime)
+        except TypeError:  # an adapter without runtime_dir
+            env = make_env(env_id, seed=0)
+    except Exception as e:  # noqa: BLE001 - env row and e2e are skipped with a note
+        return None, f"{type(e).__name__}: {e}"
+    return env, None
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    quick = args.quick
+    repeat = args.repeat or (3 if quick else 7)
+    if repeat < 1:
+        print("a3c bench: error: --repeat must be >= 1", file=sys.stderr)
+        return 2
+    seconds = args.seconds if args.seconds is not None else (2.0 if quick else 6.0)
+    warmup = 1.0 if quick else 2.0
+    min_time = 0.01 if quick else 0.05
+    sgemm_n = args.sgemm_n or (256 if quick else 1024)
+    workers = args.workers or default_workers()
+
+    from a3c_core._blas import limit_blas_threads
+
+    limit_blas_threads(1)
+    info = machine_info()
+    print(f"a3c bench: {info['cpu_model']}, {info['cpu_count']} cores, Python {info['python']}, "
+          f"numpy {info['numpy']}, numba {info['numba']}", flush=True)
+
+    rows, skipped = [], []
+
+    def add(new):
+        for r in new if isinstance(new, list) else [new]:
+            rows.append(r)
+            if not quick:
+                print(f"  {r.name}: {r.median:.4g} {r.unit}", flush=True)
+
+    add(bench_sgemm(sgemm_n, repeat, min_time))
+    peak = rows[0].median
+
+    env, env_err = _make_env(args.env)
+    from a3c_core.nn.network import build_network
+
+    if env is not None:
+        from a3c_core.obs import ObsPipeline
+
+        pipe_spec = dict(env.preprocess_spec)
+        pipe = ObsPipeline(pipe_spec, env.obs_shape)
+        obs_shape, n_actions = pipe.net_obs_shape, env.n_actions
+        spec = args.spec if args.spec != "auto" else env.default_network
+        raw_image = pipe_spec.get("kind") == "image"
+        raw_shape = tuple(env.obs_shape)
+    else:
+        skipped.append(f"env {args.env} ({env_err})")
+        spec = args.spec if args.spec != "auto" else "doom-lstm"
+        obs_shape = (1, 84, 84) if spec.startswith("doom") else (8,)
+        n_actions, raw_image, raw_shape = 3, True, (120, 160)
+    net = build_network(spec, obs_shape, n_actions)
+    fl = flops(net, T=args.t_max)
+    add(bench_network(net, args.t_max, repeat, min_time, peak, fl))
+    if raw_image and len(raw_shape) in (2, 3):
+        add(bench_preprocess(raw_shape, (84, 84), repeat, min_time))
+    else:
+        add(bench_preprocess((120, 160), (84, 84), repeat, min_time))
+    if env is not None and not args.skip_env:
+        add(bench_env(env, repeat, min_time))
+    if env is not None:
+        env.close()
+
+    if args.skip_e2e:
+        skipped.append("end-to-end and GIL (--skip-e2e)")
+    elif env is None:
+        skipped.append("end-to-end and GIL (no env)")
+    else:
+        add(bench_e2e(args.env, spec, workers, seconds, warmup))
+        if args.skip_gil:
+            skipped.append("GIL probe (--skip-gil)")
+        else:
+            add(bench_gil(args.env, spec, max(seconds, 2.0), warmup))
+
+    print()
+    print(format_table(rows))
+    if skipped:
+        print("skipped: " + "; ".join(skipped))
+    if args.json:
+        doc = {"machine": info,
+               "args": {k: v for k, v in vars(args).items()},
+               "settings": {"repeat": repeat, "seconds": seconds, "warmup": warmup, "sgemm_n": sgemm_n,
+                            "workers": workers, "spec": spec, "obs_shape": list(obs_shape),
+                            "n_actions": n_actions},
+               "flops": {k: v for k, v in fl.items()},
+               "rows": [r.to_dict() for r in rows],
+               "skipped": skipped,
+               "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump(doc, fh, indent=1, default=_json_default)
+        os.replace(tmp, args.json)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, tuple):
+        return list(o)
+    return str(o)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
