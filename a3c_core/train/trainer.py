@@ -83,10 +83,11 @@ def _net_kwargs(cfg: Config, spec: str) -> dict:
     return {}
 
 
-def _default_run_dir(cfg: Config, spec: str) -> str:
+def _default_run_dir(cfg: Config) -> str:
     env = re.sub(r"[^A-Za-z0-9_.-]+", "_", cfg.env.split("/")[-1].replace(":", "_"))
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return os.path.join("runs", f"{env}-{spec}-s{cfg.seed}-{stamp}")
+    spec = "" if cfg.spec == "auto" else f"-{cfg.spec}"
+    return os.path.join("runs", f"{env}{spec}-s{cfg.seed}-{stamp}")
 
 
 class Trainer:
@@ -114,8 +115,8 @@ class Trainer:
         self.resumes = int(ckpt.meta.get("counters", {}).get("resumes", -1)) + 1 if ckpt else 0
 
         if resume is None:
-            self.run_dir = cfg.run_dir or None
-            if self.run_dir and os.path.exists(os.path.join(self.run_dir, "checkpoints", "latest.npz")):
+            self.run_dir = cfg.run_dir or _default_run_dir(cfg)
+            if os.path.exists(os.path.join(self.run_dir, "checkpoints", "latest.npz")):
                 raise ConfigError(
                     f"config field 'run_dir' = {self.run_dir!r}: it already holds a run; "
                     "use --resume to continue it or choose another --run-dir"
@@ -126,7 +127,7 @@ class Trainer:
             cfg.env,
             seed=self._env_seed(0),
             frame_skip=cfg.frame_skip,
-            runtime_dir=None if self.run_dir is None else os.path.join(self.run_dir, "vizdoom"),
+            runtime_dir=os.path.join(self.run_dir, "vizdoom"),
             **self._env_kwargs(),
         )
         self._envs[0] = first_env
@@ -154,8 +155,6 @@ class Trainer:
                 )
             self._restore(ckpt)
 
-        if self.run_dir is None:
-            self.run_dir = _default_run_dir(cfg, self.spec_name)
         os.makedirs(os.path.join(self.run_dir, "checkpoints"), exist_ok=True)
         with open(os.path.join(self.run_dir, "config.toml"), "w") as fh:
             fh.write(cfg.to_toml())
@@ -416,6 +415,10 @@ class Trainer:
             for env in self._envs:
                 if env is not None:
                     env.close()
+            try:  # the envs remove their runtime files; drop the emptied folder too
+                os.rmdir(os.path.join(self.run_dir, "vizdoom"))
+            except OSError:
+                pass
             if not cfg.quiet and tty:
                 print(file=self.out)
         if self.errors:

@@ -1,0 +1,129 @@
+"""The environment interface every trainer, policy and benchmark talks to.
+
+An :class:`Env` is a thin adapter over one simulator instance (a native
+``vizdoom.DoomGame`` or a Gymnasium env). It hands out *raw* observations and
+*raw* rewards; preprocessing (resize, scale to [0, 1]) and reward scaling are
+the trainer's job, described by :attr:`Env.preprocess_spec`.
+
+Protocol, per worker thread::
+
+    obs = env.reset()
+    while True:
+        obs, reward, terminated, truncated = env.step(action)
+        if terminated or truncated:     # truncated: time limit -> bootstrap
+            obs = env.reset()
+
+After ``terminated``/``truncated`` the caller must call :meth:`Env.reset`
+before stepping again. One env is driven by one thread; different envs may be
+stepped from different threads at the same time.
+"""
+from __future__ import annotations
+
+IMAGE_PREPROCESS = {"kind": "image", "out_shape": [84, 84], "crop": None}
+VECTOR_PREPROCESS = {"kind": "vector"}
+NETWORK_FOR_KIND = {"image": "doom-lstm", "vector": "mlp-lstm"}
+
+
+class Env:
+    """Base class of the env adapters (:class:`~a3c_core.envs.doom.DoomEnv`,
+    :class:`~a3c_core.envs.gym.GymEnv`).
+
+    Attributes (set by the adapter's constructor):
+
+    * ``env_id`` (str): canonical id, accepted again by :func:`make_env`
+      (``"doom:basic"``, ``"doom:/path/x.cfg"``, ``"gym:CartPole-v1"``);
+    * ``n_actions`` (int): actions are ints in ``range(n_actions)``;
+    * ``action_names`` (list[str]): one readable name per action;
+    * ``obs_shape`` (tuple[int, ...]) and ``obs_dtype`` (numpy dtype) of the
+      raw observation; ``obs_kind``: ``'image'`` (uint8 ``(H, W)`` or
+      ``(H, W, 3)``) or ``'vector'`` (float32 ``(D,)``);
+    * ``frame_skip`` (int): simulator frames per :meth:`step` (the action is
+      repeated, rewards are summed);
+    * ``preprocess_spec`` (dict, JSON-able): how the trainer turns a raw
+      observation into network input: ``{"kind": "image", "out_shape": [84,
+      84], "crop": None}`` or ``{"kind": "vector"}``;
+    * ``default_network`` (str): ``'doom-lstm'`` for images, ``'mlp-lstm'``
+      for vectors.
+    """
+
+    env_id: str
+    n_actions: int
+    action_names: list
+    obs_shape: tuple
+    obs_dtype: object
+    obs_kind: str
+    frame_skip: int
+    preprocess_spec: dict
+    default_network: str
+    render: bool = False
+
+    # -- the protocol ------------------------------------------------------
+    def reset(self):
+        """Start a new episode; return its first raw observation (numpy)."""
+        raise NotImplementedError
+
+    def step(self, action):
+        """Apply ``action`` (int in ``range(n_actions)``) for ``frame_skip``
+        frames. Returns ``(obs, reward, terminated, truncated)``:
+
+        * ``obs``: raw observation after the step (for Doom a zero frame once
+          the episode has ended); treat it as read-only;
+        * ``reward`` (float): raw reward summed over the skipped frames;
+        * ``terminated`` (bool): the episode ended by itself (death, goal);
+        * ``truncated`` (bool): the episode was cut by a time limit; the
+          trainer bootstraps from the value of the last observation.
+        """
+        raise NotImplementedError
+
+    def render_frame(self):
+        """RGB uint8 ``(H, W, 3)`` picture of the current state (for GIFs).
+        Only available for envs made with ``render=True``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot render frames")
+
+    def close(self):
+        """Release the simulator and remove runtime files. Idempotent."""
+
+    # -- description -------------------------------------------------------
+    def spec(self):
+        """JSON-able description stored in checkpoints (``make_env(spec["id"],
+        frame_skip=spec["frame_skip"])`` rebuilds an equivalent env)."""
+        return {
+            "id": self.env_id,
+            "frame_skip": int(self.frame_skip),
+            "n_actions": int(self.n_actions),
+            "action_names": [str(n) for n in self.action_names],
+            "obs_shape": [int(d) for d in self.obs_shape],
+            "obs_dtype": str(self.obs_dtype),
+            "obs_kind": self.obs_kind,
+            "preprocess": dict(self.preprocess_spec),
+            "default_network": self.default_network,
+        }
+
+    def _raise_bad_action(self, action):
+        raise ValueError(
+            f"{self.env_id}: action must be an int in range({self.n_actions}), "
+            f"got {action!r}"
+        )
+
+    # -- context manager ---------------------------------------------------
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return (
+            f"<{type(self).__name__} {self.env_id} actions={self.n_actions} "
+            f"obs={self.obs_kind}{tuple(self.obs_shape)} skip={self.frame_skip}>"
+        )
+
+
+def check_frame_skip(frame_skip, default):
+    """``None`` -> ``default``; otherwise an int >= 1 or ValueError."""
+    if frame_skip is None:
+        return default
+    if isinstance(frame_skip, bool) or int(frame_skip) != frame_skip or frame_skip < 1:
+        raise ValueError(f"frame_skip must be an int >= 1, got {frame_skip!r}")
+    return int(frame_skip)

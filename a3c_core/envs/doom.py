@@ -1,0 +1,430 @@
+"""Native ViZDoom adapter: :class:`DoomEnv` drives ``vizdoom.DoomGame`` directly.
+
+The standard workload (DESIGN.md): GRAY8 frames at 160x120 (obs ``(120, 160)``
+uint8), window hidden, sound off, synchronous PLAYER mode, one one-hot action
+per available button, ``make_action(onehot, frame_skip=4)``, raw rewards.
+
+ViZDoom's start-up quirks are all handled here:
+
+* ``DoomGame.init()`` is not thread-safe: every init (and close) holds the
+  module-level :data:`INIT_LOCK`. Stepping needs no lock (``make_action``
+  releases the GIL), so workers in different threads step in parallel.
+* Runtime files: the engine writes ``_vizdoom.ini`` (path settable with
+  ``set_doom_config_path``) and a ``./_vizdoom/`` folder whose path is
+  compiled into the engine *relative to its working directory*. The engine is
+  a child process that inherits our cwd, and changing the process cwd is not
+  an option (threads share it). So each env gets a private directory (under
+  ``runtime_dir/vizdoom/`` or the system temp dir) holding the ini and a tiny
+  launcher script, set with ``set_vizdoom_path``, that ``cd``s there and
+  ``exec``s the real engine. The directory is removed by :meth:`DoomEnv.close`.
+* Some shipped configs need help to start: multiplayer maps (``cig``,
+  ``multi_duel``) crash in single-player mode unless hosted as a one-player
+  deathmatch; Doom-1 IWADs (``freedoom1``) have no ``MAP01`` (use ``E1M1``);
+  configs for commercial IWADs (``doom``, ``doom2``) are only listed when the
+  IWAD is present. See :data:`SCENARIO_QUIRKS`.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import threading
+import warnings
+import weakref
+
+import numpy as np
+
+from .base import IMAGE_PREPROCESS, NETWORK_FOR_KIND, Env, check_frame_skip
+
+#: Serializes ``DoomGame.init()``/``close()`` across threads (not thread-safe).
+INIT_LOCK = threading.Lock()
+
+DEFAULT_FRAME_SKIP = 4
+DOOM_EXTRA = "pip install 'a3c_core[doom]'"
+
+#: Per-scenario start-up fixes: game args to add and/or the map to load.
+SCENARIO_QUIRKS = {
+    "cig": {"game_args": "-host 1 -deathmatch"},
+    "multi_duel": {"game_args": "-host 1 -deathmatch"},
+}
+_DOOM1_IWADS = ("doom.wad", "doom1.wad", "freedoom1.wad")
+
+
+def import_vizdoom():
+    """``import vizdoom`` or an ImportError that names the extra to install."""
+    try:
+        import vizdoom
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ImportError(
+            f"ViZDoom envs ('doom:...') need the vizdoom package: {DOOM_EXTRA}"
+        ) from exc
+    return vizdoom
+
+
+def _cfg_value(cfg_path, key):
+    """Value of ``key`` in a ViZDoom .cfg (keys are case/underscore-insensitive)."""
+    want = key.replace("_", "").lower()
+    try:
+        with open(cfg_path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                line = line.split("#", 1)[0]
+                if "=" not in line:
+                    continue
+                k, v = line.split("=", 1)
+                if k.strip().replace("_", "").lower() == want:
+                    return v.strip()
+    except OSError:
+        return None
+    return None
+
+
+def _iwad_available(vizdoom, cfg_path):
+    """False when the cfg names a game IWAD that is not installed."""
+    iwad = _cfg_value(cfg_path, "doom_game_path")
+    if not iwad:
+        return True  # the engine falls back to the bundled freedoom2.wad
+    candidates = [
+        iwad,
+        os.path.join(os.path.dirname(cfg_path), iwad),
+        os.path.join(os.path.dirname(vizdoom.__file__), os.path.basename(iwad)),
+    ]
+    return any(os.path.isfile(p) for p in candidates)
+
+
+def list_doom_scenarios():
+    """Sorted names of the scenarios shipped with vizdoom (``doom:<name>``):
+    every ``.cfg`` in ``vizdoom.scenarios_path`` whose game IWAD is present."""
+    vizdoom = import_vizdoom()
+    root = vizdoom.scenarios_path
+    names = []
+    for fname in sorted(os.listdir(root)):
+        if fname.endswith(".cfg") and _iwad_available(vizdoom, os.path.join(root, fname)):
+            names.append(fname[: -len(".cfg")])
+    return names
+
+
+def resolve_scenario(name_or_path):
+    """``'basic'`` or a path to a .cfg -> ``(canonical env_id, abs cfg path)``.
+
+    Raises FileNotFoundError for a missing .cfg path and ValueError for an
+    unknown scenario name (listing the available ones).
+    """
+    vizdoom = import_vizdoom()
+    s = str(name_or_path)
+    looks_like_path = s.endswith(".cfg") or os.sep in s or "/" in s
+    if looks_like_path:
+        path = os.path.abspath(os.path.expanduser(s))
+        if os.path.isfile(path):
+            return f"doom:{s}", path
+        shipped = os.path.join(vizdoom.scenarios_path, os.path.basename(s))
+        if os.sep not in s and "/" not in s and os.path.isfile(shipped):
+            return f"doom:{s[:-4]}", shipped  # 'doom:basic.cfg'
+        raise FileNotFoundError(
+            f"ViZDoom config not found: {s!r} (resolved to {path}). Pass an "
+            f"existing .cfg path or a shipped scenario name: "
+            f"{', '.join(list_doom_scenarios())}"
+        )
+    available = list_doom_scenarios()
+    if s in available:
+        return f"doom:{s}", os.path.join(vizdoom.scenarios_path, s + ".cfg")
+    import difflib
+
+    close = difflib.get_close_matches(s, available, n=3, cutoff=0.5)
+    hint = f" Did you mean: {', '.join('doom:' + c for c in close)}?" if close else ""
+    raise ValueError(
+        f"Unknown ViZDoom scenario {s!r}.{hint} Available scenarios "
+        f"(doom:<name>): {', '.join(available)}; or doom:<path to a .cfg file>."
+    )
+
+
+# -- runtime directory ---------------------------------------------------------
+def _engine_path(vizdoom):
+    exe = "vizdoom.exe" if sys.platform == "win32" else "vizdoom"
+    return os.path.join(os.path.dirname(os.path.abspath(vizdoom.__file__)), exe)
+
+
+def _make_private_dir(parent):
+    if parent is not None:
+        os.makedirs(parent, exist_ok=True)
+    return tempfile.mkdtemp(prefix="doom-", dir=parent)
+
+
+def _write_launcher(work_dir, engine):
+    """Shell launcher that runs the engine with ``work_dir`` as its cwd.
+    Returns its path, or None where it cannot be executed (noexec mount)."""
+    path = os.path.join(work_dir, "vizdoom-launcher.sh")
+    with open(path, "w") as f:
+        f.write(
+            "#!/bin/sh\n"
+            "# a3c_core: run ViZDoom from its private runtime dir (_vizdoom/ goes here)\n"
+            f"cd {shlex.quote(work_dir)} || exit 1\n"
+            f'exec {shlex.quote(engine)} "$@"\n'
+        )
+    os.chmod(path, 0o700)
+    return path if os.access(path, os.X_OK) else None
+
+
+def _setup_runtime_dir(vizdoom, runtime_dir):
+    """Create the env's private runtime dir; returns ``(dir, launcher|None)``."""
+    parents = []
+    if runtime_dir is not None:
+        parents.append(os.path.join(os.path.abspath(os.fspath(runtime_dir)), "vizdoom"))
+    parents.append(None)  # system temp dir, also the fallback for noexec run dirs
+    engine = _engine_path(vizdoom)
+    work_dir = None
+    for parent in parents:
+        work_dir = _make_private_dir(parent)
+        if sys.platform == "win32" or not os.path.isfile(engine):
+            return work_dir, None
+        launcher = _write_launcher(work_dir, engine)
+        if launcher is not None:
+            return work_dir, launcher
+        _remove_dir(work_dir, runtime_dir)
+    work_dir = _make_private_dir(parents[0])
+    return work_dir, None
+
+
+def _remove_dir(work_dir, runtime_dir):
+    shutil.rmtree(work_dir, ignore_errors=True)
+    parent = os.path.dirname(work_dir)
+    if runtime_dir is not None and os.path.basename(parent) == "vizdoom":
+        try:
+            os.rmdir(parent)  # only when empty: other envs may still use it
+        except OSError:
+            pass
+
+
+def _release(game, work_dir, runtime_dir):
+    """Finalizer: close the engine, then remove its runtime files."""
+    if game is not None:
+        with INIT_LOCK:
+            try:
+                game.close()
+            except Exception:  # pragma: no cover - best effort at shutdown
+                pass
+    _remove_dir(work_dir, runtime_dir)
+
+
+class DoomEnv(Env):
+    """One ViZDoom game as an :class:`~a3c_core.envs.base.Env`.
+
+    Args:
+        scenario: shipped scenario name (``'basic'``) or path to a ``.cfg``.
+        seed: seeds the game; with the same seed and actions every episode
+            sequence (observations, rewards) repeats exactly.
+        frame_skip: tics per step (``make_action(onehot, frame_skip)``); 4.
+        runtime_dir: where the engine's runtime files go (a private subdir of
+            ``runtime_dir/vizdoom/``); default: a temp dir. Removed on close.
+        render: also keep RGB frames for :meth:`render_frame` (the game then
+            renders RGB24 and the gray obs is computed exactly as GRAY8 would).
+        episode_timeout: override the cfg's timeout, in tics (0 = none).
+        game_args: extra engine arguments (str), e.g. ``"+sv_cheats 1"``.
+    """
+
+    def __init__(self, scenario="basic", *, seed=0, frame_skip=None, runtime_dir=None,
+                 render=False, episode_timeout=None, game_args=None):
+        vzd = import_vizdoom()
+        self.env_id, self.cfg_path = resolve_scenario(scenario)
+        self.frame_skip = check_frame_skip(frame_skip, DEFAULT_FRAME_SKIP)
+        self.seed = int(seed)
+        self.render = bool(render)
+        self._game = None
+        self._closed = False
+
+        game = vzd.DoomGame()
+        game.load_config(self.cfg_path)
+        self._configure(vzd, game, episode_timeout, game_args)
+        n_buttons = game.get_available_buttons_size()
+        if n_buttons == 0:
+            raise ValueError(f"{self.env_id}: the config declares no available_buttons")
+
+        self._runtime_dir = runtime_dir
+        self._work_dir, launcher = _setup_runtime_dir(vzd, runtime_dir)
+        game.set_doom_config_path(os.path.join(self._work_dir, "_vizdoom.ini"))
+        if launcher is not None:
+            game.set_vizdoom_path(launcher)
+        else:
+            warnings.warn(
+                "ViZDoom launcher could not be made executable; the engine will "
+                "create ./_vizdoom/ in the current working directory",
+                RuntimeWarning, stacklevel=2,
+            )
+        self._finalizer = weakref.finalize(self, _release, None, self._work_dir, runtime_dir)
+        try:
+            with INIT_LOCK:
+                game.init()
+        except Exception as exc:
+            self._finalizer()
+            raise RuntimeError(
+                f"ViZDoom failed to start {self.env_id} ({self.cfg_path}): "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        self._game = game
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _release, game, self._work_dir, runtime_dir)
+
+        self.action_names = [b.name for b in game.get_available_buttons()]
+        self.n_actions = n_buttons
+        # Preallocated one-hot lists, indexed by action (no per-step allocation).
+        self._actions = [[1.0 if i == a else 0.0 for i in range(n_buttons)]
+                         for a in range(n_buttons)]
+        self.obs_shape = (game.get_screen_height(), game.get_screen_width())
+        self.obs_dtype = np.dtype(np.uint8)
+        self.obs_kind = "image"
+        self.preprocess_spec = dict(IMAGE_PREPROCESS)
+        self.default_network = NETWORK_FOR_KIND["image"]
+        self._zero_obs = np.zeros(self.obs_shape, dtype=np.uint8)
+        self._zero_obs.flags.writeable = False
+        self._rgb = np.zeros(self.obs_shape + (3,), dtype=np.uint8)
+        self._episode_timeout = game.get_episode_timeout()
+
+    def _configure(self, vzd, game, episode_timeout, game_args):
+        """The standard workload on top of the cfg, plus scenario quirks."""
+        game.set_window_visible(False)
+        game.set_sound_enabled(False)
+        game.set_audio_buffer_enabled(False)
+        game.set_automap_buffer_enabled(False)
+        game.set_depth_buffer_enabled(False)
+        game.set_labels_buffer_enabled(False)
+        game.set_notifications_buffer_enabled(False)
+        game.set_console_enabled(False)
+        game.set_mode(vzd.Mode.PLAYER)
+        game.set_screen_resolution(vzd.ScreenResolution.RES_160X120)
+        fmt = vzd.ScreenFormat.RGB24 if self.render else vzd.ScreenFormat.GRAY8
+        game.set_screen_format(fmt)
+        game.set_seed(self.seed)
+        if episode_timeout is not None:
+            game.set_episode_timeout(int(episode_timeout))
+
+        quirk = {}
+        if os.path.dirname(self.cfg_path) == os.path.abspath(vzd.scenarios_path):
+            quirk = SCENARIO_QUIRKS.get(os.path.basename(self.cfg_path)[: -len(".cfg")], {})
+        if quirk.get("game_args"):
+            game.add_game_args(quirk["game_args"])
+        iwad = os.path.basename(game.get_doom_game_path()).lower()
+        if iwad in _DOOM1_IWADS and _cfg_value(self.cfg_path, "doom_map") is None:
+            game.set_doom_map("E1M1")  # Doom-1 IWADs have no MAP01: init would hang
+        if game_args:
+            game.add_game_args(str(game_args))
+
+    # -- hot loop --------------------------------------------------------------
+    def reset(self):
+        game = self._game
+        game.new_episode()
+        self._last_obs = self._observe(game.get_state())
+        return self._last_obs
+
+    def step(self, action):
+        if not 0 <= action < self.n_actions:
+            self._raise_bad_action(action)
+        game = self._game
+        reward = game.make_action(self._actions[action], self.frame_skip)
+        if game.is_episode_finished():
+            # Timeout -> truncated (bootstrapped); death/goal -> terminated.
+            truncated = game.is_episode_timeout_reached() and not game.is_player_dead()
+            if truncated:
+                # The engine has no frame once the episode is over. A time-limit
+                # cut is bootstrapped from V(obs), so return the last frame seen
+                # (the closest observation there is); termination needs none.
+                return self._last_obs, reward, False, True
+            if self.render:
+                self._rgb = np.zeros(self.obs_shape + (3,), dtype=np.uint8)
+            return self._zero_obs, reward, True, False
+        if self.render:
+            obs = self._last_obs = self._observe(game.get_state())
+            return obs, reward, False, False
+        obs = self._last_obs = game.get_state().screen_buffer
+        return obs, reward, False, False
+
+    def _observe(self, state):
+        if state is None:
+            return self._zero_obs
+        buf = state.screen_buffer
+        if not self.render:
+            return buf
+        self._rgb = buf
+        return rgb_to_gray8(buf)
+
+    # -- extras ----------------------------------------------------------------
+    def render_frame(self):
+        """RGB uint8 ``(120, 160, 3)`` of the current state (``render=True``)."""
+        if not self.render:
+            raise RuntimeError(f"{self.env_id}: create the env with render=True to render frames")
+        return self._rgb.copy()
+
+    def spec(self):
+        d = super().spec()
+        d["kind"] = "doom"
+        d["cfg"] = self.cfg_path
+        return d
+
+    def close(self):
+        if not self._closed:
+            self._closed = True
+            self._finalizer()
+            self._game = None
+
+
+def rgb_to_gray8(rgb):
+    """uint8 ``(H, W, 3)`` RGB -> uint8 ``(H, W)``, bit-exact with ViZDoom GRAY8
+    (the engine's float64 ``0.21 R + 0.72 G + 0.07 B``, summed in that order
+    and truncated)."""
+    rgb = np.asarray(rgb, dtype=np.float64)
+    gray = 0.21 * rgb[..., 0]
+    gray += 0.72 * rgb[..., 1]
+    gray += 0.07 * rgb[..., 2]
+    return gray.astype(np.uint8)
+
+
+def bench_step_us(scenario="basic", n_steps=3000, repeats=5, seed=0):
+    """Median µs per step: the bare ``DoomGame`` loop (make_action +
+    get_state().screen_buffer, new_episode at the end) versus
+    :meth:`DoomEnv.step`/``reset`` on the same game, same action sequence,
+    interleaved, after a warm-up. Returns ``{"bare_us": .., "env_us": ..}``."""
+    import time
+
+    rng = np.random.default_rng(seed)
+    with DoomEnv(scenario, seed=seed) as env:
+        actions = rng.integers(0, env.n_actions, size=n_steps).tolist()
+        game, onehots, skip = env._game, env._actions, env.frame_skip
+
+        def bare():
+            game.new_episode()
+            obs = game.get_state().screen_buffer
+            t0 = time.perf_counter()
+            for a in actions:
+                game.make_action(onehots[a], skip)
+                if game.is_episode_finished():
+                    game.new_episode()
+                obs = game.get_state().screen_buffer
+            return time.perf_counter() - t0, obs
+
+        def adapter():
+            step, reset = env.step, env.reset
+            obs = reset()
+            t0 = time.perf_counter()
+            for a in actions:
+                obs, _, terminated, truncated = step(a)
+                if terminated or truncated:
+                    obs = reset()
+            return time.perf_counter() - t0, obs
+
+        bare(), adapter()  # warm-up
+        t_bare, t_env = [], []
+        for _ in range(repeats):
+            t_bare.append(bare()[0])
+            t_env.append(adapter()[0])
+    scale = 1e6 / n_steps
+    return {"bare_us": float(np.median(t_bare) * scale),
+            "env_us": float(np.median(t_env) * scale)}
+
+
+if __name__ == "__main__":  # python -m a3c_core.envs.doom [scenario] [n_steps]
+    _args = sys.argv[1:]
+    _res = bench_step_us(_args[0] if _args else "basic",
+                         int(_args[1]) if len(_args) > 1 else 3000)
+    print(f"doom:{_args[0] if _args else 'basic'} µs/step (median of 5): "
+          f"bare DoomGame {_res['bare_us']:.1f}, DoomEnv {_res['env_us']:.1f}, "
+          f"overhead {_res['env_us'] - _res['bare_us']:+.1f}")

@@ -1,0 +1,232 @@
+"""Env adapters against the real simulators (ViZDoom basic, Gymnasium classics)."""
+import json
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from a3c_core.envs import Env, list_doom_scenarios, make_env
+
+vizdoom = pytest.importorskip("vizdoom")
+gymnasium = pytest.importorskip("gymnasium")
+
+from a3c_core.envs.doom import _cfg_value, rgb_to_gray8  # noqa: E402
+
+BASIC_CFG = os.path.join(vizdoom.scenarios_path, "basic.cfg")
+MOVE_LEFT, MOVE_RIGHT, ATTACK = 0, 1, 2
+# basic.wad's own rewards (ViZDoom docs, "Basic"): +101 for the kill, -5 per missed shot.
+KILL_REWARD, MISS_PENALTY = 101.0, -5.0
+
+
+def rollout(env, actions, episodes=1):
+    """Run ``episodes`` episodes cycling through ``actions``; returns a list of
+    (obs, reward, terminated, truncated) with the reset observations as rewards None."""
+    out, i = [], 0
+    for _ in range(episodes):
+        out.append((env.reset().copy(), None, False, False))
+        while True:
+            obs, r, term, trunc = env.step(actions[i % len(actions)])
+            i += 1
+            out.append((obs.copy(), r, term, trunc))
+            if term or trunc:
+                break
+    return out
+
+
+def assert_same(a, b):
+    assert len(a) == len(b)
+    for (oa, ra, ta, ua), (ob, rb, tb, ub) in zip(a, b):
+        np.testing.assert_array_equal(oa, ob)
+        assert (ra, ta, ua) == (rb, tb, ub)
+
+
+# -- ViZDoom ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def basic():
+    with make_env("doom:basic", seed=0) as env:
+        yield env
+
+
+def test_doom_basic_interface(basic):
+    assert isinstance(basic, Env)
+    assert basic.env_id == "doom:basic"
+    assert basic.n_actions == 3
+    assert basic.action_names == ["MOVE_LEFT", "MOVE_RIGHT", "ATTACK"]
+    assert basic.frame_skip == 4
+    assert basic.obs_shape == (120, 160) and basic.obs_dtype == np.uint8
+    assert basic.obs_kind == "image" and basic.default_network == "doom-lstm"
+    assert basic.preprocess_spec == {"kind": "image", "out_shape": [84, 84], "crop": None}
+    obs = basic.reset()
+    assert obs.shape == (120, 160) and obs.dtype == np.uint8 and obs.any()
+    spec = json.loads(json.dumps(basic.spec()))
+    assert spec["id"] == "doom:basic" and spec["frame_skip"] == 4
+    assert spec["action_names"] == basic.action_names and spec["obs_shape"] == [120, 160]
+    assert spec["obs_dtype"] == "uint8" and spec["obs_kind"] == "image"
+
+
+def test_doom_basic_timeout_is_truncated_with_raw_living_reward(basic):
+    living = float(_cfg_value(BASIC_CFG, "living_reward"))
+    timeout = int(_cfg_value(BASIC_CFG, "episode_timeout"))
+    assert (living, timeout) == (-1.0, 300)
+    steps = rollout(basic, [MOVE_LEFT, MOVE_RIGHT])[1:]
+    assert len(steps) == timeout // basic.frame_skip
+    assert all(r == living * basic.frame_skip for _, r, _, _ in steps)  # raw, unscaled
+    assert sum(r for _, r, _, _ in steps) == living * timeout
+    obs, _, terminated, truncated = steps[-1]
+    assert truncated and not terminated
+    assert not any(t or u for _, _, t, u in steps[:-1])
+    # no frame exists after the end: truncation returns the last frame seen (to bootstrap from)
+    assert obs.shape == (120, 160) and obs.any()
+    np.testing.assert_array_equal(obs, steps[-2][0])
+
+
+def test_doom_basic_kill_is_terminated_and_misses_are_penalized():
+    with make_env("doom:basic", seed=0) as env:
+        steps = rollout(env, [ATTACK], episodes=12)
+    living = -1.0 * env.frame_skip
+    rewards = [r for _, r, _, _ in steps if r is not None]
+    ends = [(r, t, u) for _, r, t, u in steps if t or u]
+    kills = [r for r, t, u in ends if t]
+    assert kills, "seed 0 kills the monster in some of 12 ATTACK-only episodes"
+    # The kill ends the episode inside the frame skip: +101 minus 0..3 living tics.
+    assert all(KILL_REWARD + living <= r < KILL_REWARD for r in kills)
+    assert all(not u for r, t, u in ends if t)
+    assert set(rewards) - set(kills) == {living, MISS_PENALTY + living}
+
+
+def test_doom_seed_makes_episodes_reproducible():
+    actions = np.random.default_rng(7).integers(0, 3, size=97).tolist()
+    runs = []
+    for _ in range(2):
+        with make_env("doom:basic", seed=123) as env:
+            runs.append(rollout(env, actions, episodes=3))
+    assert_same(*runs)
+
+
+def test_doom_render_frames_and_identical_gray_obs():
+    actions = [MOVE_RIGHT, ATTACK, MOVE_LEFT, MOVE_LEFT]
+    with make_env("doom:basic", seed=5) as env:
+        plain = rollout(env, actions)
+        with pytest.raises(RuntimeError, match="render=True"):
+            env.render_frame()
+    with make_env("doom:basic", seed=5, render=True) as env:
+        obs = env.reset()
+        frame = env.render_frame()
+        assert frame.shape == (120, 160, 3) and frame.dtype == np.uint8
+        assert frame.std(axis=2).max() > 0  # colour, not gray
+        np.testing.assert_array_equal(rgb_to_gray8(frame), obs)
+    with make_env("doom:basic", seed=5, render=True) as env:
+        rendered = rollout(env, actions)
+    assert_same(plain, rendered)
+
+
+def test_doom_runtime_files_never_in_cwd(tmp_path, monkeypatch):
+    cwd, run_dir = tmp_path / "cwd", tmp_path / "run"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    with make_env("doom:basic", seed=0, runtime_dir=run_dir) as env:
+        env.reset()
+        env.step(ATTACK)
+        (private,) = (run_dir / "vizdoom").iterdir()
+        assert (private / "_vizdoom").is_dir()  # the engine's own folder went here
+        assert os.listdir(cwd) == []
+    assert os.listdir(cwd) == []
+    assert os.listdir(run_dir) == []  # private dir removed on close
+    with make_env("doom:basic", seed=0) as env:  # no run dir: a temp dir
+        env.reset()
+    assert os.listdir(cwd) == []
+
+
+def test_doom_missing_cfg_and_unknown_scenario(tmp_path):
+    missing = tmp_path / "nowhere" / "my.cfg"
+    with pytest.raises(FileNotFoundError, match="my.cfg"):
+        make_env(f"doom:{missing}")
+    with pytest.raises(ValueError, match="Unknown ViZDoom scenario 'basci'") as info:
+        make_env("doom:basci")
+    msg = str(info.value)
+    assert "doom:basic" in msg and "defend_the_center" in msg and "gym:" in msg
+
+
+def test_doom_scenarios_listed():
+    names = list_doom_scenarios()
+    for name in ["basic", "defend_the_center", "defend_the_line", "health_gathering",
+                 "health_gathering_supreme", "deadly_corridor", "my_way_home",
+                 "predict_position", "take_cover", "rocket_basic", "simpler_basic"]:
+        assert name in names
+
+
+def test_doom_cfg_path_form(tmp_path):
+    with make_env(f"doom:{BASIC_CFG}", frame_skip=2) as env:
+        assert env.env_id == f"doom:{BASIC_CFG}" and env.frame_skip == 2
+        env.reset()
+        assert env.step(MOVE_LEFT)[1] == -2.0
+    with pytest.raises(ValueError, match="frame_skip"):
+        make_env("doom:basic", frame_skip=0)
+
+
+def test_doom_two_envs_in_two_threads():
+    actions = np.random.default_rng(3).integers(0, 3, size=150).tolist()
+    results, errors = [None, None], []
+
+    def work(i):
+        try:
+            with make_env("doom:basic", seed=11) as env:  # inits race on purpose
+                results[i] = rollout(env, actions, episodes=2)
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    assert_same(*results)
+
+
+def test_action_out_of_range(basic):
+    basic.reset()
+    with pytest.raises(ValueError, match="range\\(3\\)"):
+        basic.step(3)
+
+
+# -- Gymnasium ---------------------------------------------------------------
+def test_cartpole_vector_obs_and_seed():
+    with make_env("CartPole-v1", seed=4) as env:
+        assert env.env_id == "gym:CartPole-v1"
+        assert env.n_actions == 2 and len(env.action_names) == 2
+        assert env.obs_kind == "vector" and env.obs_shape == (4,)
+        assert env.obs_dtype == np.float32 and env.default_network == "mlp-lstm"
+        assert env.preprocess_spec == {"kind": "vector"}
+        json.dumps(env.spec())
+        obs = env.reset()
+        assert obs.shape == (4,) and obs.dtype == np.float32
+    actions = np.random.default_rng(0).integers(0, 2, size=300).tolist()
+    runs = []
+    for _ in range(2):
+        with make_env("gym:CartPole-v1", seed=4) as env:
+            runs.append(rollout(env, actions, episodes=3))
+    assert_same(*runs)
+
+
+def test_gym_truncation_passes_through():
+    with make_env("CartPole-v1", seed=0, max_episode_steps=5) as env:
+        steps = rollout(env, [0, 1])[1:]
+    assert len(steps) == 5 and steps[-1][3] and not steps[-1][2]
+
+
+def test_gym_continuous_actions_rejected():
+    with pytest.raises(ValueError, match="only Discrete action spaces.*Box"):
+        make_env("Pendulum-v1")
+
+
+def test_unknown_ids():
+    with pytest.raises(ValueError) as info:
+        make_env("CartPol-v1")
+    msg = str(info.value)
+    assert "CartPole-v1" in msg and "doom:<scenario>" in msg and "basic" in msg
+    with pytest.raises(ValueError, match="Did you mean: doom:basic"):
+        make_env("dom:basic")
+    with pytest.raises(ValueError, match="Unknown env id 'gym:NoSuchEnv-v0'"):
+        make_env("gym:NoSuchEnv-v0")
