@@ -55,6 +55,33 @@ def test_conv1_single_numba(benchmark, net):
 
 
 @pytest.mark.benchmark(group="kernels")
+def test_conv1_single_s2d_numba(benchmark, net):
+    """conv1 as used by ``doom_step``: space-to-depth axpys, no im2col."""
+    x, w, b = _conv_args(net)
+    xs_shape, acc_shape = K.conv_s2d_shapes((1, 84, 84), 8, 4)
+    y = np.empty((16, 20, 20), np.float32)
+    benchmark(K.conv_act_s2d, x, w, b, 4, 0, np.empty(xs_shape, np.float32),
+              np.empty(acc_shape, np.float32), y)
+
+
+@pytest.mark.benchmark(group="kernels")
+def test_conv2_single_rows_numba(benchmark, net):
+    """conv2 as used by ``doom_step``: row im2col + 4x2 blocked dots."""
+    p = net.state_dict()
+    x = np.random.default_rng(1).random((16, 20, 20)).astype(np.float32)
+    benchmark(K.conv_act_rows, x, p["conv2.weight"], p["conv2.bias"], 2, 0,
+              np.empty((81, 256), np.float32), np.empty((32, 9, 9), np.float32))
+
+
+@pytest.mark.benchmark(group="kernels")
+def test_conv2_single_numba(benchmark, net):
+    p = net.state_dict()
+    x = np.random.default_rng(1).random((16, 20, 20)).astype(np.float32)
+    benchmark(K.conv_act_single, x, p["conv2.weight"], p["conv2.bias"], 2, 0,
+              np.empty((256, 81), np.float32), np.empty((32, 9, 9), np.float32))
+
+
+@pytest.mark.benchmark(group="kernels")
 def test_conv1_single_numpy(benchmark, net):
     x, w, b = _conv_args(net)
     benchmark(lambda: ref.elu_forward(ref.conv2d_forward(x[None], w, b, 4)[0]))

@@ -349,3 +349,70 @@ def test_step_kernels(rng, dt, tol):
     val = K.heads_vec(h1, wp, bp, wv, bv, probs)
     close(probs, ref.softmax(wp @ h1r + bp), tol)
     close(val, float(wv[0] @ h1r + bv[0]), tol)
+
+
+@pytest.mark.parametrize("dt,tol", DTYPES)
+@pytest.mark.parametrize("shape,o,k,stride", [((1, 84, 84), 16, 8, 4), ((16, 20, 20), 32, 4, 2),
+                                              ((3, 13, 12), 5, 3, 3), ((2, 11, 9), 3, 4, 2)])
+def test_conv_single_variants(rng, dt, tol, shape, o, k, stride):
+    """The batch-1 conv kernels used by ``doom_step`` (space-to-depth axpys,
+    blocked dot products) vs ``ref.conv2d_forward`` + ELU."""
+    x = rng.standard_normal(shape).astype(dt)
+    w = (rng.standard_normal((o, shape[0], k, k)) / k).astype(dt)
+    b = rng.standard_normal(o).astype(dt)
+    y_ref, _ = ref.elu_forward(ref.conv2d_forward(x[None], w, b, stride)[0][0])
+    oh, ow = y_ref.shape[1:]
+    y = np.full((o, oh, ow), np.nan, dt)
+    K.conv_act_rows(x, w, b, stride, 0, np.empty((oh * ow, shape[0] * k * k), dt), y)
+    close(y, y_ref, tol)
+    xs_shape, acc_shape = K.conv_s2d_shapes(shape, k, stride)
+    y[...] = np.nan
+    xs = np.full(xs_shape, np.nan, dt)          # padding must be rewritten, not read stale
+    K.conv_act_s2d(x, w, b, stride, 0, xs, np.empty(acc_shape, dt), y)
+    close(y, y_ref, tol)
+
+
+def test_conv_s2d_shapes_rejects_non_divisible_stride():
+    assert K.conv_s2d_shapes((1, 10, 10), 3, 2) is None
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_fast_transcendentals_vs_numpy(dt):
+    """float32 ELU / sigmoid / tanh use a vectorizable polynomial exp: within
+    a few ulp of numpy over the whole range, NaN propagates, no overflow.
+    float64 uses libm (exact to rounding)."""
+    x = np.concatenate([np.linspace(-100, 100, 200001), -np.logspace(-30, 2, 20001),
+                        np.logspace(-30, 2, 20001), [0.0, -0.0, np.inf, -np.inf]]).astype(dt)
+    x64 = x.astype(np.float64)
+    ulp = np.finfo(dt).eps
+    y = x.copy().reshape(-1, 1)
+    K.bias_act(y, np.zeros(1, dt), K.ACT_CODES["elu"])
+    elu = np.where(x64 > 0, x64, np.expm1(np.minimum(x64, 0)))
+    fin = np.isfinite(x64)
+    err = np.abs(y[fin, 0] - elu[fin]) / np.maximum(np.abs(elu[fin]), np.finfo(dt).tiny)
+    assert np.max(err) <= 4 * ulp
+    np.testing.assert_array_equal(y[~fin, 0], elu[~fin])        # elu(inf)=inf, elu(-inf)=-1
+    # LSTM cell with identity weights: gates = x, so sigmoid/tanh are exercised
+    n = 1024
+    xs = x[np.linspace(0, x.size - 5, 4 * n).astype(int)]
+    xs = np.where(np.isfinite(xs), xs, 0).astype(dt)
+    w_ih = np.eye(4 * n, dtype=dt)[:, :4 * n]
+    zero_hh = np.zeros((4 * n, n), dt)
+    h1, c1 = np.empty(n, dt), np.empty(n, dt)
+    c0 = np.linspace(-3, 3, n).astype(dt)
+    K.lstm_cell_vec(xs, np.zeros(n, dt), c0, w_ih, zero_hh, np.zeros(4 * n, dt),
+                    np.zeros(4 * n, dt), np.empty(4 * n, dt), h1, c1)
+    h_r, c_r, _ = ref.lstm_step_forward(xs.astype(np.float64), np.zeros(n), c0.astype(np.float64),
+                                        np.eye(4 * n), np.zeros((4 * n, n)), np.zeros(4 * n),
+                                        np.zeros(4 * n))
+    assert np.max(np.abs(c1 - c_r) / np.maximum(np.abs(c_r), 1e-30)) <= 8 * ulp
+    assert np.max(np.abs(h1 - h_r) / np.maximum(np.abs(h_r), 1e-30)) <= 8 * ulp
+    nan_in = np.array([[np.nan], [-np.nan]], dt)
+    K.bias_act(nan_in, np.zeros(1, dt), K.ACT_CODES["elu"])
+    assert np.all(np.isnan(nan_in))
+    g = np.full((1, 4), np.nan, dt)
+    hs = np.zeros((2, 1), dt)
+    cs = np.zeros((2, 1), dt)
+    K.lstm_seq_forward(g, np.zeros((4, 1), dt), np.zeros(4, dt), np.zeros(4, dt), hs, cs,
+                       np.empty((1, 4), dt))
+    assert np.isnan(hs[1, 0]) and np.isnan(cs[1, 0])

@@ -234,3 +234,20 @@ def test_bad_inputs():
         net.loss_and_grad(obs[:, :3], a, r, adv, s)
     with pytest.raises(ValueError, match="LSTM state"):
         net.step(obs[0], (np.zeros(3), np.zeros(3)))
+
+
+def test_step_sees_param_updates():
+    """The fused step reads the live weight views on every call (its conv
+    tap tables are rebuilt per call): an in-place update is never stale."""
+    net = build_network("doom-lstm", (1, 84, 84), 3, seed=4)
+    obs = np.random.default_rng(0).random((1, 84, 84)).astype(np.float32)
+    net.step(obs, None)
+    net.params[:] += np.random.default_rng(1).standard_normal(net.n_params).astype(
+        np.float32) * 0.01
+    probs, value, (h, c) = net.step(obs, None)
+    _, _, extras = ref_forward_loss(net, net.state_dict(), obs[None], np.zeros(1, int),
+                                    np.zeros(1, np.float32), np.zeros(1, np.float32), None,
+                                    backward=False)
+    np.testing.assert_allclose(probs, extras["probs"][0], rtol=2e-5, atol=2e-6)
+    assert value == pytest.approx(float(extras["values"][0]), rel=2e-5, abs=2e-5)
+    np.testing.assert_allclose(h, extras["state"][0], rtol=2e-5, atol=2e-6)

@@ -27,40 +27,228 @@ Twins (kernel -> ref):
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir as llvm_ir
+from numba.core import types
+from numba.extending import intrinsic, overload, register_jitable
 
-from a3c_core._jit import kernel
+from a3c_core._jit import FASTMATH, kernel
 
 ACT_CODES = {"elu": 0, "relu": 1, "identity": 2}
 
 
 # ---------------------------------------------------------------------------
 # scalar helpers (inlined by Numba)
+#
+# LLVM cannot vectorize calls to libm ``exp``/``expm1``/``tanh`` (no SVML),
+# and a scalar libm call costs ~25 cycles.  For float32 the nonlinearities
+# below therefore use a branch-free Cephes-style polynomial (``_expm1_neg``:
+# range reduction x = n ln2 + r, |r| <= ln2/2, degree-7 expm1(r), 2^n built
+# from its exponent bits) that LLVM vectorizes 8-wide; it is accurate to
+# ~2 ulp (tested against numpy over the whole range).  float64 keeps the
+# accurate libm functions, so float64 gradient checks stay exact.  The
+# dispatch is on the argument type at compile time (``overload``, compiled
+# with the project's fastmath flags and inlined into the kernels by LLVM).
+# Every helper propagates NaN (fastmath ``nnan`` stays off).
+
+_F32 = np.float32
+_LOG2E = _F32(1.4426950408889634)
+_LN2_HI = _F32(0.693359375)          # 9 significant bits: n * _LN2_HI is exact
+_LN2_LO = _F32(-2.12194440e-4)
+_EXP_LO = _F32(-87.33)               # exp(_EXP_LO) is still a normal float32
+_P0, _P1, _P2 = _F32(1.9875691500e-4), _F32(1.3981999507e-3), _F32(8.3334519073e-3)
+_P3, _P4, _P5 = _F32(4.1665795894e-2), _F32(1.6666665459e-1), _F32(5.0000001201e-1)
+_F32_ONE, _F32_TWO, _F32_HALF, _F32_ZERO = _F32(1), _F32(2), _F32(0.5), _F32(0)
+_F32_BIAS = _F32(127.0)
+_F32_MANT = _F32(8388608.0)          # 2**23
+
+
+# overload implementations are compiled like kernels (then inlined by LLVM)
+_OV_OPTS = {"nogil": True, "fastmath": set(FASTMATH)}
+
+
+@intrinsic
+def _i32_bits_as_f32(typingctx, bits):
+    """Reinterpret the bits of an int32 as a float32 (free; vectorizes)."""
+    if not (isinstance(bits, types.Integer) and bits.bitwidth == 32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], llvm_ir.FloatType())
+    return types.float32(bits), codegen
+
+
+@register_jitable(inline="always")
+def _exp_parts_f32(x):
+    """float32 ``x <= 0`` (larger values are not supported) -> ``(s, p)`` with
+    ``exp(x) = s * (1 + p)``, ``s = 2**n`` and ``p = expm1(r)``.  Below
+    ``_EXP_LO`` the result is clamped (exp ~1.2e-38); NaN propagates into p."""
+    xn = _EXP_LO if x < _EXP_LO else x          # NaN stays NaN
+    xs = _EXP_LO if not (x >= _EXP_LO) else x   # finite (NaN -> _EXP_LO), for n
+    xs = _F32_ZERO if xs > _F32_ZERO else xs
+    n = np.floor(xs * _LOG2E + _F32_HALF)
+    r = xn - n * _LN2_HI
+    r = r - n * _LN2_LO
+    q = _P0 * r + _P1
+    q = q * r + _P2
+    q = q * r + _P3
+    q = q * r + _P4
+    q = q * r + _P5
+    p = r + (r * r) * q
+    s = _i32_bits_as_f32(np.int32((n + _F32_BIAS) * _F32_MANT))
+    return s, p
+
+
+def _expm1_neg(x):
+    """``expm1(x)`` for ``x <= 0`` (float32: vectorizable polynomial)."""
+    return np.expm1(x)
+
+
+def _exp_neg(x):
+    """``exp(x)`` for ``x <= 0`` (float32: vectorizable polynomial)."""
+    return np.exp(x)
+
+
+def _sigmoid(a):
+    """Overflow-free logistic function."""
+    e = np.exp(-abs(a))
+    s = 1.0 / (1.0 + e)
+    return s if a >= 0 else e * s
+
+
+def _tanh(a):
+    """tanh (float32: from ``_expm1_neg``, no cancellation near 0)."""
+    return np.tanh(a)
+
+
+@overload(_expm1_neg, jit_options=_OV_OPTS)
+def _ov_expm1_neg(x):
+    if x == types.float32:
+        def impl(x):
+            s, p = _exp_parts_f32(x)
+            return s * p + (s - _F32_ONE)
+        return impl
+    return lambda x: np.expm1(x)
+
+
+@overload(_exp_neg, jit_options=_OV_OPTS)
+def _ov_exp_neg(x):
+    if x == types.float32:
+        def impl(x):
+            s, p = _exp_parts_f32(x)
+            return s * p + s
+        return impl
+    return lambda x: np.exp(x)
+
+
+@overload(_sigmoid, jit_options=_OV_OPTS)
+def _ov_sigmoid(a):
+    if a == types.float32:
+        def impl(a):
+            s, p = _exp_parts_f32(-abs(a))
+            e = s * p + s
+            v = _F32_ONE / (_F32_ONE + e)
+            return v if a >= _F32_ZERO else e * v
+        return impl
+
+    def impl64(a):
+        e = np.exp(-abs(a))
+        v = 1.0 / (1.0 + e)
+        return v if a >= 0 else e * v
+    return impl64
+
+
+@overload(_tanh, jit_options=_OV_OPTS)
+def _ov_tanh(a):
+    if a == types.float32:
+        def impl(a):
+            s, p = _exp_parts_f32(_F32(-2) * abs(a))
+            em = s * p + (s - _F32_ONE)            # expm1(-2|a|) in (-1, 0]
+            t = -em / (_F32_TWO + em)
+            return -t if a < _F32_ZERO else t
+        return impl
+    return lambda a: np.tanh(a)
 
 
 @kernel(inline="always")
-def _act(z, act):
+def _act(z, act, zero):
+    """``act(z)``; ``zero`` carries the dtype (no float64 promotion)."""
     if act == 0:
-        return z if z > 0 else np.expm1(z)
+        zn = zero if z > zero else z      # NaN stays NaN
+        e = _expm1_neg(zn)
+        return z if z > zero else e
     if act == 1:
-        return z if z > 0 else 0.0
+        return z if z > zero else zero
     return z
 
 
 @kernel(inline="always")
-def _act_grad_from_y(y, act):
+def _act_grad_from_y(y, act, one):
+    """``act'`` from the output ``y``; ``one`` carries the dtype."""
     if act == 0:
-        return 1.0 if y > 0 else y + 1.0
+        return one if y > 0 else y + one
     if act == 1:
-        return 1.0 if y > 0 else 0.0
-    return 1.0
+        return one if y > 0 else one - one
+    return one
+
+
+# ---------------------------------------------------------------------------
+# blocked GEMV helpers (batch-1 dense layers, LSTM gates, BPTT dh)
 
 
 @kernel(inline="always")
-def _sigmoid(a):
-    if a >= 0:
-        return 1.0 / (1.0 + np.exp(-a))
-    e = np.exp(a)
-    return e / (1.0 + e)
+def _gemv_add(w__oi, x__i, y__o):
+    """``y += w @ x``, four rows per pass: each ``x`` load feeds four FMAs
+    (one row at a time is load-port bound at 2 loads per FMA)."""
+    o, n_in = w__oi.shape
+    zero = y__o.dtype.type(0)
+    o4 = o - o % 4
+    for q in range(0, o4, 4):
+        a0 = zero
+        a1 = zero
+        a2 = zero
+        a3 = zero
+        w0 = w__oi[q]
+        w1 = w__oi[q + 1]
+        w2 = w__oi[q + 2]
+        w3 = w__oi[q + 3]
+        for k in range(n_in):
+            xk = x__i[k]
+            a0 += w0[k] * xk
+            a1 += w1[k] * xk
+            a2 += w2[k] * xk
+            a3 += w3[k] * xk
+        y__o[q] += a0
+        y__o[q + 1] += a1
+        y__o[q + 2] += a2
+        y__o[q + 3] += a3
+    for q in range(o4, o):
+        acc = zero
+        for k in range(n_in):
+            acc += w__oi[q, k] * x__i[k]
+        y__o[q] += acc
+
+
+@kernel(inline="always")
+def _gemv_t_add(w__oi, s__o, y__i):
+    """``y += w.T @ s`` as axpys over the contiguous rows, four rows per
+    pass (one load + one store of ``y`` per four FMAs)."""
+    o, n_in = w__oi.shape
+    o4 = o - o % 4
+    for q in range(0, o4, 4):
+        s0 = s__o[q]
+        s1 = s__o[q + 1]
+        s2 = s__o[q + 2]
+        s3 = s__o[q + 3]
+        w0 = w__oi[q]
+        w1 = w__oi[q + 1]
+        w2 = w__oi[q + 2]
+        w3 = w__oi[q + 3]
+        for k in range(n_in):
+            y__i[k] += s0 * w0[k] + s1 * w1[k] + s2 * w2[k] + s3 * w3[k]
+    for q in range(o4, o):
+        s0 = s__o[q]
+        for k in range(n_in):
+            y__i[k] += s0 * w__oi[q, k]
 
 
 # ---------------------------------------------------------------------------
@@ -122,9 +310,10 @@ def col2im_nhwc(dcols__pk, kh, kw, stride, dx__nhwc):
 def bias_act(z__mo, b__o, act):
     """In place ``z = act(z + b)`` over rows of ``(M, O)``."""
     m, o = z__mo.shape
+    zero = z__mo.dtype.type(0)
     for r in range(m):
         for k in range(o):
-            z__mo[r, k] = _act(z__mo[r, k] + b__o[k], act)
+            z__mo[r, k] = _act(z__mo[r, k] + b__o[k], act, zero)
 
 
 @kernel
@@ -132,20 +321,22 @@ def bias_act_to_cp(z__npo, b__o, act, y__nop):
     """``y[n, o, p] = act(z[n, p, o] + b[o])``: channels-last GEMM output to
     PyTorch channel-first (flatten order)."""
     n, p, o = z__npo.shape
+    zero = z__npo.dtype.type(0)
     for s in range(n):
         for q in range(p):
             for k in range(o):
-                y__nop[s, k, q] = _act(z__npo[s, q, k] + b__o[k], act)
+                y__nop[s, k, q] = _act(z__npo[s, q, k] + b__o[k], act, zero)
 
 
 @kernel
 def act_backward(dy__mo, y__mo, act, dz__mo, db__o):
     """``dz = dy * act'(z)`` (from the output ``y``); ``db = sum_rows dz``."""
     m, o = dy__mo.shape
+    one = dy__mo.dtype.type(1)
     db__o[:] = 0
     for r in range(m):
         for k in range(o):
-            d = dy__mo[r, k] * _act_grad_from_y(y__mo[r, k], act)
+            d = dy__mo[r, k] * _act_grad_from_y(y__mo[r, k], act, one)
             dz__mo[r, k] = d
             db__o[k] += d
 
@@ -155,12 +346,13 @@ def act_backward_from_cp(dy__nop, y__nop, act, dz__npo, db__o):
     """Like :func:`act_backward` but ``dy``/``y`` channel-first ``(N,O,P)``
     and ``dz`` channels-last ``(N,P,O)``."""
     n, o, p = dy__nop.shape
+    one = dy__nop.dtype.type(1)
     db__o[:] = 0
     for s in range(n):
         for k in range(o):
-            acc = 0.0
+            acc = one - one
             for q in range(p):
-                d = dy__nop[s, k, q] * _act_grad_from_y(y__nop[s, k, q], act)
+                d = dy__nop[s, k, q] * _act_grad_from_y(y__nop[s, k, q], act, one)
                 dz__npo[s, q, k] = d
                 acc += d
             db__o[k] += acc
@@ -181,17 +373,14 @@ def lstm_seq_forward(gx__tg, w_hh__gh, b_ih__g, b_hh__g, hs__th, cs__th, gates__
     """
     t_len, g4 = gx__tg.shape
     hd = g4 // 4
-    zero = hs__th.dtype.type(0)
     for t in range(t_len):
         for r in range(g4):
-            acc = zero
-            for k in range(hd):
-                acc += w_hh__gh[r, k] * hs__th[t, k]
-            gates__tg[t, r] = gx__tg[t, r] + b_ih__g[r] + b_hh__g[r] + acc
+            gates__tg[t, r] = gx__tg[t, r] + b_ih__g[r] + b_hh__g[r]
+        _gemv_add(w_hh__gh, hs__th[t], gates__tg[t])
         for k in range(hd):
             i = _sigmoid(gates__tg[t, k])
             f = _sigmoid(gates__tg[t, hd + k])
-            g = np.tanh(gates__tg[t, 2 * hd + k])
+            g = _tanh(gates__tg[t, 2 * hd + k])
             o = _sigmoid(gates__tg[t, 3 * hd + k])
             gates__tg[t, k] = i
             gates__tg[t, hd + k] = f
@@ -199,7 +388,7 @@ def lstm_seq_forward(gx__tg, w_hh__gh, b_ih__g, b_hh__g, hs__th, cs__th, gates__
             gates__tg[t, 3 * hd + k] = o
             c = f * cs__th[t, k] + i * g
             cs__th[t + 1, k] = c
-            hs__th[t + 1, k] = o * np.tanh(c)
+            hs__th[t + 1, k] = o * _tanh(c)
 
 
 @kernel
@@ -214,6 +403,7 @@ def lstm_seq_backward(dhs__th, dhT__h, dcT__h, w_hh__gh, hs__th, cs__th, gates__
     """
     t_len, g4 = da__tg.shape
     hd = g4 // 4
+    one = da__tg.dtype.type(1)
     dh = dh0__h
     dc = dc0__h
     dh[:] = dhT__h
@@ -225,18 +415,15 @@ def lstm_seq_backward(dhs__th, dhT__h, dcT__h, w_hh__gh, hs__th, cs__th, gates__
             f = gates__tg[t, hd + k]
             g = gates__tg[t, 2 * hd + k]
             o = gates__tg[t, 3 * hd + k]
-            tc = np.tanh(cs__th[t + 1, k])
-            dct = dc[k] + dht * o * (1.0 - tc * tc)
-            da__tg[t, k] = dct * g * i * (1.0 - i)
-            da__tg[t, hd + k] = dct * cs__th[t, k] * f * (1.0 - f)
-            da__tg[t, 2 * hd + k] = dct * i * (1.0 - g * g)
-            da__tg[t, 3 * hd + k] = dht * tc * o * (1.0 - o)
+            tc = _tanh(cs__th[t + 1, k])
+            dct = dc[k] + dht * o * (one - tc * tc)
+            da__tg[t, k] = dct * g * i * (one - i)
+            da__tg[t, hd + k] = dct * cs__th[t, k] * f * (one - f)
+            da__tg[t, 2 * hd + k] = dct * i * (one - g * g)
+            da__tg[t, 3 * hd + k] = dht * tc * o * (one - o)
             dc[k] = dct * f
         dh[:] = 0
-        for r in range(g4):
-            s = da__tg[t, r]
-            for k in range(hd):
-                dh[k] += s * w_hh__gh[r, k]
+        _gemv_t_add(w_hh__gh, da__tg[t], dh)
 
 
 # ---------------------------------------------------------------------------
@@ -359,8 +546,9 @@ def _conv_act_single(x__chw, w__ocij, b__o, stride, act, colt__kp, y__ohw):
             c0 = colt__kp[k]
             for p in range(n_pix):
                 yq[p] += s0 * c0[p]
+        zero = yq.dtype.type(0)
         for p in range(n_pix):
-            yq[p] = _act(yq[p], act)
+            yq[p] = _act(yq[p], act, zero)
 
 
 @kernel
@@ -370,15 +558,183 @@ def conv_act_single(x__chw, w__ocij, b__o, stride, act, cols__pk, y__ohw):
     _conv_act_single(x__chw, w__ocij, b__o, stride, act, cols__pk, y__ohw)
 
 
+def conv_s2d_shapes(in_shape, k, stride, pad_to=32):
+    """Scratch shapes ``(xs (C*s*s, plane), acc (M,))`` of :func:`conv_act_s2d`
+    for an input ``(C, H, W)``; ``None`` when ``k % stride != 0``."""
+    c, h, w = in_shape
+    if k % stride:
+        return None
+    oh, ow = (h - k) // stride + 1, (w - k) // stride + 1
+    kd = k // stride
+    ws = ow + kd - 1
+    mp = -(-(oh * ws) // pad_to) * pad_to
+    plane = -(-(mp + (kd - 1) * (ws + 1)) // 8) * 8
+    return (c * stride * stride, plane), (mp,)
+
+
+@kernel(inline="always")
+def _conv_act_s2d(x__chw, w__ocij, b__o, stride, act, xs__pm, acc__m, y__ohw):
+    """Space-to-depth direct conv, one image (needs ``kh == kw``, ``kh % stride
+    == 0``; scratch from :func:`conv_s2d_shapes`).
+
+    Plane ``(ch, a, b)`` of ``xs`` holds ``x[ch, s*Y + a, s*X + b]`` (row
+    stride ``ws = OW + kd - 1``, ``kd = kh / s``), so every tap is an axpy
+    over one contiguous run of the plane: the stride-s kh x kh conv becomes
+    a stride-1 kd x kd conv, without an im2col gather (~3x fewer copies).
+    Outputs are computed on the padded ``(OH, ws)`` grid, ``acc`` rounded up
+    to 32 lanes so the vector loop has no scalar remainder; the junk columns
+    are dropped when ``act(acc)`` is written to ``y``."""
+    c, h, w = x__chw.shape
+    o, _, kh, kw = w__ocij.shape
+    oh = (h - kh) // stride + 1
+    ow = (w - kw) // stride + 1
+    kd = kh // stride
+    hs = oh + kd - 1
+    ws = ow + kd - 1
+    mp = acc__m.shape[0]
+    pls = xs__pm.shape[1]
+    zero = acc__m.dtype.type(0)
+    ss = stride * stride
+    n_pl = c * ss
+    for pl in range(n_pl):
+        ch = pl // ss
+        a = (pl // stride) % stride
+        bb = pl % stride
+        dst = xs__pm[pl]
+        for yy in range(hs):
+            src = x__chw[ch, stride * yy + a]
+            for xx in range(ws):
+                dst[yy * ws + xx] = src[stride * xx + bb]
+        for m in range(hs * ws, pls):
+            dst[m] = zero
+    # tap table: flat offset into xs and the matching weight, 4 taps per pass
+    n_tap = n_pl * kd * kd
+    n4 = (n_tap + 3) // 4 * 4
+    offs = np.zeros(n4, np.int64)
+    wtab = np.zeros((o, n4), acc__m.dtype)
+    for t in range(n_tap):
+        pl = t // (kd * kd)
+        di = (t // kd) % kd
+        dj = t % kd
+        ch = pl // ss
+        a = (pl // stride) % stride
+        bb = pl % stride
+        offs[t] = pl * pls + di * ws + dj
+        for q in range(o):
+            wtab[q, t] = w__ocij[q, ch, stride * di + a, stride * dj + bb]
+    xf = xs__pm.reshape(xs__pm.size)
+    for q in range(o):
+        for m in range(mp):
+            acc__m[m] = b__o[q]
+        for t in range(0, n4, 4):
+            s0 = wtab[q, t]
+            s1 = wtab[q, t + 1]
+            s2 = wtab[q, t + 2]
+            s3 = wtab[q, t + 3]
+            c0 = xf[offs[t]:offs[t] + mp]
+            c1 = xf[offs[t + 1]:offs[t + 1] + mp]
+            c2 = xf[offs[t + 2]:offs[t + 2] + mp]
+            c3 = xf[offs[t + 3]:offs[t + 3] + mp]
+            for m in range(mp):
+                acc__m[m] += s0 * c0[m] + s1 * c1[m] + s2 * c2[m] + s3 * c3[m]
+        for yy in range(oh):
+            for xx in range(ow):
+                y__ohw[q, yy, xx] = _act(acc__m[yy * ws + xx], act, zero)
+
+
+@kernel
+def conv_act_s2d(x__chw, w__ocij, b__o, stride, act, xs__pm, acc__m, y__ohw):
+    """One image: ``y = act(conv2d(x, w, b, stride))`` by space-to-depth;
+    same result as :func:`conv_act_single` (twin ``ref.conv2d_forward``)."""
+    _conv_act_s2d(x__chw, w__ocij, b__o, stride, act, xs__pm, acc__m, y__ohw)
+
+
+@kernel(inline="always")
+def _conv_act_rows(x__chw, w__ocij, b__o, stride, act, cols__pk, y__ohw):
+    """Row-major im2col ``cols (OH*OW, C*kh*kw)`` (column order (c, i, j), the
+    live weight's own order), then ``y[q, p] = w[q] . cols[p]`` as blocks of
+    4 channels x 2 pixels: 8 vector accumulators, 6 loads per 8 FMAs, long
+    contiguous K loops (better than axpys when there are few pixels)."""
+    c, h, w = x__chw.shape
+    o, _, kh, kw = w__ocij.shape
+    oh = (h - kh) // stride + 1
+    ow = (w - kw) // stride + 1
+    n_pix = oh * ow
+    k_len = c * kh * kw
+    for yy in range(oh):
+        for xx in range(ow):
+            p = yy * ow + xx
+            for ch in range(c):
+                for i in range(kh):
+                    src = x__chw[ch, yy * stride + i]
+                    d0 = (ch * kh + i) * kw
+                    for j in range(kw):
+                        cols__pk[p, d0 + j] = src[xx * stride + j]
+    w2 = w__ocij.reshape(o, k_len)
+    y2 = y__ohw.reshape(o, n_pix)
+    zero = y2.dtype.type(0)
+    o4 = o - o % 4
+    p2 = n_pix - n_pix % 2
+    for q in range(0, o4, 4):
+        w0 = w2[q]
+        w1 = w2[q + 1]
+        w2q = w2[q + 2]
+        w3 = w2[q + 3]
+        for p in range(0, p2, 2):
+            x0 = cols__pk[p]
+            x1 = cols__pk[p + 1]
+            a00 = zero
+            a01 = zero
+            a10 = zero
+            a11 = zero
+            a20 = zero
+            a21 = zero
+            a30 = zero
+            a31 = zero
+            for k in range(k_len):
+                u = x0[k]
+                v = x1[k]
+                a00 += w0[k] * u
+                a01 += w0[k] * v
+                a10 += w1[k] * u
+                a11 += w1[k] * v
+                a20 += w2q[k] * u
+                a21 += w2q[k] * v
+                a30 += w3[k] * u
+                a31 += w3[k] * v
+            y2[q, p] = _act(a00 + b__o[q], act, zero)
+            y2[q, p + 1] = _act(a01 + b__o[q], act, zero)
+            y2[q + 1, p] = _act(a10 + b__o[q + 1], act, zero)
+            y2[q + 1, p + 1] = _act(a11 + b__o[q + 1], act, zero)
+            y2[q + 2, p] = _act(a20 + b__o[q + 2], act, zero)
+            y2[q + 2, p + 1] = _act(a21 + b__o[q + 2], act, zero)
+            y2[q + 3, p] = _act(a30 + b__o[q + 3], act, zero)
+            y2[q + 3, p + 1] = _act(a31 + b__o[q + 3], act, zero)
+    for q in range(o):
+        p_lo = p2 if q < o4 else 0
+        for p in range(p_lo, n_pix):
+            acc = zero
+            for k in range(k_len):
+                acc += w2[q, k] * cols__pk[p, k]
+            y2[q, p] = _act(acc + b__o[q], act, zero)
+
+
+@kernel
+def conv_act_rows(x__chw, w__ocij, b__o, stride, act, cols__pk, y__ohw):
+    """One image: ``y = act(conv2d(x, w, b, stride))`` by row-major im2col and
+    register-blocked dot products; cols ``(OH*OW, C*kh*kw)`` is scratch."""
+    _conv_act_rows(x__chw, w__ocij, b__o, stride, act, cols__pk, y__ohw)
+
+
 @kernel(inline="always")
 def _dense_act_vec(x__i, w__oi, b__o, act, y__o):
-    o, n_in = w__oi.shape
+    o = w__oi.shape[0]
     zero = y__o.dtype.type(0)
     for q in range(o):
-        acc = zero
-        for k in range(n_in):
-            acc += w__oi[q, k] * x__i[k]
-        y__o[q] = _act(acc + b__o[q], act)
+        y__o[q] = b__o[q]
+    _gemv_add(w__oi, x__i, y__o)
+    for q in range(o):
+        y__o[q] = _act(y__o[q], act, zero)
 
 
 @kernel
@@ -390,25 +746,20 @@ def dense_act_vec(x__i, w__oi, b__o, act, y__o):
 @kernel(inline="always")
 def _lstm_cell_vec(x__i, h__h, c__h, w_ih__gi, w_hh__gh, b_ih__g, b_hh__g,
                    gates__g, h_out__h, c_out__h):
-    g4, n_in = w_ih__gi.shape
+    g4 = w_ih__gi.shape[0]
     hd = g4 // 4
-    zero = h__h.dtype.type(0)
     for r in range(g4):
-        acc = zero
-        for k in range(n_in):
-            acc += w_ih__gi[r, k] * x__i[k]
-        acc2 = zero
-        for k in range(hd):
-            acc2 += w_hh__gh[r, k] * h__h[k]
-        gates__g[r] = acc + acc2 + b_ih__g[r] + b_hh__g[r]
+        gates__g[r] = b_ih__g[r] + b_hh__g[r]
+    _gemv_add(w_ih__gi, x__i, gates__g)
+    _gemv_add(w_hh__gh, h__h, gates__g)
     for k in range(hd):
         i = _sigmoid(gates__g[k])
         f = _sigmoid(gates__g[hd + k])
-        g = np.tanh(gates__g[2 * hd + k])
+        g = _tanh(gates__g[2 * hd + k])
         o = _sigmoid(gates__g[3 * hd + k])
         c = f * c__h[k] + i * g
         c_out__h[k] = c
-        h_out__h[k] = o * np.tanh(c)
+        h_out__h[k] = o * _tanh(c)
 
 
 @kernel
@@ -464,13 +815,20 @@ def core_heads_step(feat__i, use_lstm, w_ih, w_hh, b_ih, b_hh, h__h, c__h,
 
 @kernel
 def doom_step(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
-              c1w, c1b, s1, cols1, y1, c2w, c2b, s2, cols2, y2, fcw, fcb, feat, act,
+              c1w, c1b, s1, cols1, xs1, acc1, y1, c2w, c2b, s2, cols2, y2, fcw, fcb, feat, act,
               use_lstm, w_ih, w_hh, b_ih, b_hh, gates__g, wp__ah, bp__a, wv__1h, bv__1):
     """The whole conv-conv-dense(-LSTM)-heads forward for one frame, fused in
-    one GIL-free call.  Scratch: cols1, y1, cols2, y2, feat, gates.  Returns
-    the value; probs and (for LSTM) h_out/c_out are written."""
-    _conv_act_single(obs__chw, c1w, c1b, s1, act, cols1, y1)
-    _conv_act_single(y1, c2w, c2b, s2, act, cols2, y2)
+    one GIL-free call.  Scratch: cols1 (``conv_act_single`` layout), xs1/acc1
+    (``conv_s2d_shapes``; ``xs1`` with 0 rows selects ``conv_act_single``),
+    y1, cols2 (``conv_act_rows`` layout ``(OH*OW, C*kh*kw)``), y2, feat,
+    gates.  conv1 (many pixels, stride 4) runs by space-to-depth axpys, conv2
+    (81 pixels) by blocked dot products: each the faster form for its shape.
+    Returns the value; probs and (for LSTM) h_out/c_out are written."""
+    if xs1.shape[0] > 0:
+        _conv_act_s2d(obs__chw, c1w, c1b, s1, act, xs1, acc1, y1)
+    else:
+        _conv_act_single(obs__chw, c1w, c1b, s1, act, cols1, y1)
+    _conv_act_rows(y1, c2w, c2b, s2, act, cols2, y2)
     _dense_act_vec(y2.reshape(y2.size), fcw, fcb, act, feat)
     if use_lstm:
         _lstm_cell_vec(feat, h__h, c__h, w_ih, w_hh, b_ih, b_hh,

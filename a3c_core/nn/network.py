@@ -255,14 +255,18 @@ class Network:
         if self.convs:
             c1, c2 = self.convs
             d = self.denses[0]
-            scratch = []
-            for c in self.convs:
-                scratch.append((np.empty((c.n_col, c.n_pix), dt),
-                                np.empty((c.out_ch, *c.out_hw), dt)))
+            s2d = K.conv_s2d_shapes(c1.in_shape, c1.k, c1.stride)
+            if s2d is None:           # conv1 stride does not divide its kernel
+                s2d = ((0, 1), (1,))
+            xs1, acc1 = np.empty(s2d[0], dt), np.empty(s2d[1], dt)
+            cols1 = np.empty((c1.n_col, c1.n_pix) if s2d[0][0] == 0 else (0, 1), dt)
+            y1 = np.empty((c1.out_ch, *c1.out_hw), dt)
+            cols2 = np.empty((c2.n_pix, c2.n_col), dt)
+            y2 = np.empty((c2.out_ch, *c2.out_hw), dt)
             self._feat1 = np.empty(d.n_out, dt)
             self._step_static = (
-                p["conv1.weight"], p["conv1.bias"], c1.stride, *scratch[0],
-                p["conv2.weight"], p["conv2.bias"], c2.stride, *scratch[1],
+                p["conv1.weight"], p["conv1.bias"], c1.stride, cols1, xs1, acc1, y1,
+                p["conv2.weight"], p["conv2.bias"], c2.stride, cols2, y2,
                 p["fc.weight"], p["fc.bias"], self._feat1, self._act,
                 self.recurrent, *lstm, self._gates1, *heads)
         else:
