@@ -8,11 +8,12 @@ def test_defaults_are_the_standard_workload():
     assert c.env == "doom:basic"
     assert (c.t_max, c.gamma, c.gae_lambda) == (20, 0.99, 1.0)
     assert (c.value_coef, c.entropy_beta, c.max_grad_norm) == (0.5, 0.01, 40.0)
-    assert c.optimizer == "rmsprop" and c.learning_rate() == pytest.approx(7e-4)
+    assert c.optimizer == "adam" and c.learning_rate() == pytest.approx(1e-4)
+    assert Config(optimizer="rmsprop").learning_rate() == pytest.approx(7e-4)
+    assert not c.bootstrap_truncated() and Config(env="CartPole-v1").bootstrap_truncated()
     assert (c.rmsprop_alpha, c.rmsprop_eps) == (0.99, 0.1)
     assert c.effective_reward_scale() == 0.01
     assert Config(env="CartPole-v1").effective_reward_scale() == 1.0
-    assert Config(optimizer="adam").learning_rate() == pytest.approx(1e-4)
 
 
 @pytest.mark.parametrize(

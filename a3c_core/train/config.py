@@ -39,7 +39,8 @@ class Config:
     t_max: int = _f(20, "rollout length: steps per update (truncated BPTT window)")
     gamma: float = _f(0.99, "discount factor")
     gae_lambda: float = _f(1.0, "GAE lambda (1.0 = n-step returns as in the A3C paper)")
-    optimizer: str = _f("rmsprop", "shared optimizer: rmsprop (paper, shared statistics), adam (shared moments and step) or sgd")
+    truncation_bootstrap: Optional[bool] = _f(None, "bootstrap from V(s_T) when an episode is cut by a time limit; default: false for doom (the scenario timeout is part of the task; bootstrapping it drives V to the endless living penalty and stalls learning on doom:basic), true for gymnasium TimeLimit")
+    optimizer: str = _f("adam", "shared optimizer: adam (shared moments and step; learns doom:basic fastest here), rmsprop (A3C paper, shared statistics) or sgd")
     lr: float = _f(0.0, "learning rate (0 = optimizer default: rmsprop 7e-4, adam 1e-4, sgd 1e-2)")
     lr_anneal: bool = _f(False, "anneal the learning rate linearly to 0 over total_steps (rmsprop)")
     rmsprop_alpha: float = _f(0.99, "RMSProp decay of the shared squared-gradient statistics")
@@ -76,6 +77,11 @@ class Config:
 
     def is_doom(self) -> bool:
         return self.env.startswith("doom:")
+
+    def bootstrap_truncated(self) -> bool:
+        if self.truncation_bootstrap is not None:
+            return bool(self.truncation_bootstrap)
+        return not self.is_doom()
 
     def effective_reward_scale(self) -> float:
         if self.reward_scale is not None:

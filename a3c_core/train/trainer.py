@@ -294,6 +294,7 @@ class Trainer:
         gamma, lam = cfg.gamma, cfg.gae_lambda
         vcoef, beta, clip = cfg.value_coef, cfg.entropy_beta, cfg.max_grad_norm
         total = cfg.total_steps
+        trunc_boot = cfg.bootstrap_truncated()
         stop = self.stop_event
         stats_acc = np.zeros(5)  # policy, value, entropy, grad_norm, count
 
@@ -321,7 +322,7 @@ class Trainer:
                 if term or trunc:
                     n = t + 1
                     break
-            if term:
+            if term or (trunc and not trunc_boot):
                 boot = 0.0
             else:  # cut by t_max or truncated by a time limit: bootstrap from V(s_n)
                 _, boot, _ = net.step(obs_buf[n], state)
