@@ -63,3 +63,28 @@ def test_policy_load_errors(tmp_path, doom_ckpt):
     bad.write_bytes(open(doom_ckpt, "rb").read()[:1000])
     with pytest.raises(CheckpointError, match="truncated or corrupt"):
         Policy.load(str(bad))
+
+
+def test_policy_needs_only_numpy_and_numba(doom_ckpt, tmp_path):
+    """Load + act in a process where vizdoom, gymnasium, torch, threadpoolctl cannot be imported."""
+    import subprocess
+    import sys
+
+    frame = np.random.default_rng(0).integers(0, 256, (120, 160), dtype=np.uint8)
+    np.save(tmp_path / "frame.npy", frame)
+    code = f"""
+import sys
+for name in ("vizdoom", "gymnasium", "torch", "tensorflow", "threadpoolctl", "tensorboardX"):
+    sys.modules[name] = None  # any import of these now fails
+import numpy as np
+from a3c_core import Policy
+p = Policy.load({doom_ckpt!r})
+s = p.initial_state()
+a, s = p.act(np.load({str(tmp_path / 'frame.npy')!r}), s, greedy=True)
+print("ACTION", a)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    policy = Policy.load(doom_ckpt)
+    expected, _ = policy.act(frame, policy.initial_state(), greedy=True)
+    assert f"ACTION {expected}" in out.stdout

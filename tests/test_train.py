@@ -41,9 +41,14 @@ def test_cli_train_eval_resume_doom(tmp_path, monkeypatch, capsys):
     # ViZDoom runtime files never land in the working directory
     assert not any(n.startswith("_vizdoom") for n in os.listdir(tmp_path))
 
-    rc = main(["eval", run, "--which", "latest", "--episodes", "2"])
+    gif = str(tmp_path / "ep.gif")
+    rc = main(["eval", run, "--which", "latest", "--episodes", "2", "--gif", gif])
     assert rc == 0
     assert "2 episodes (greedy): mean raw reward" in capsys.readouterr().out
+    from PIL import Image
+
+    with Image.open(gif) as im:
+        assert im.size == (160, 120) and im.n_frames > 1
 
     steps_before = ck.meta["counters"]["steps"]
     rc = main(["train", "--resume", run, "--total-steps", str(steps_before + 200), "--quiet"])
