@@ -286,24 +286,26 @@ def im2col_nhwc(x__nhwc, kh, kw, stride, cols__pk):
 
 @kernel
 def col2im_nhwc(dcols__pk, kh, kw, stride, dx__nhwc):
-    """Adjoint of :func:`im2col_nhwc`: dx ``(N,H,W,C)`` is overwritten."""
+    """Adjoint of :func:`im2col_nhwc`: dx ``(N,H,W,C)`` is overwritten.
+
+    Loops (image, output row, kernel row) outermost so that each input row
+    is one short-lived 1-D view receiving ``OW`` contiguous runs of
+    ``kw*C`` adds (simple unit-stride inner loop that LLVM vectorizes)."""
     n, h, w, c = dx__nhwc.shape
     oh = (h - kh) // stride + 1
     ow = (w - kw) // stride + 1
     run = kw * c
-    k_len = kh * run
     dx__nhwc[...] = 0
-    xf = dx__nhwc.reshape(dx__nhwc.size)
-    cf = dcols__pk.reshape(dcols__pk.size)
     for b in range(n):
         for y in range(oh):
-            for xx in range(ow):
-                row = (b * oh + y) * ow + xx
-                for i in range(kh):
-                    s0 = ((b * h + y * stride + i) * w + xx * stride) * c
-                    d0 = row * k_len + i * run
+            for i in range(kh):
+                dst = dx__nhwc[b, y * stride + i].reshape(w * c)
+                s0 = i * run
+                for xx in range(ow):
+                    src = dcols__pk[(b * oh + y) * ow + xx]
+                    d0 = xx * stride * c
                     for e in range(run):
-                        xf[s0 + e] += cf[d0 + e]
+                        dst[d0 + e] += src[s0 + e]
 
 
 @kernel
@@ -319,13 +321,20 @@ def bias_act(z__mo, b__o, act):
 @kernel
 def bias_act_to_cp(z__npo, b__o, act, y__nop):
     """``y[n, o, p] = act(z[n, p, o] + b[o])``: channels-last GEMM output to
-    PyTorch channel-first (flatten order)."""
+    PyTorch channel-first (flatten order).  Per image the activation runs
+    over contiguous channels into an L1-sized ``(P, O)`` scratch (vectorized
+    exp), then a plain transpose writes ``y`` (a strided-write loop around
+    the activation would keep it scalar: ~6x slower)."""
     n, p, o = z__npo.shape
     zero = z__npo.dtype.type(0)
+    tmp = np.empty((p, o), z__npo.dtype)
     for s in range(n):
         for q in range(p):
             for k in range(o):
-                y__nop[s, k, q] = _act(z__npo[s, q, k] + b__o[k], act, zero)
+                tmp[q, k] = _act(z__npo[s, q, k] + b__o[k], act, zero)
+        for k in range(o):
+            for q in range(p):
+                y__nop[s, k, q] = tmp[q, k]
 
 
 @kernel
