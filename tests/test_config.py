@@ -71,3 +71,14 @@ def test_toml_errors(tmp_path):
 def test_lr_anneal_needs_total_steps():
     with pytest.raises(ConfigError, match="'lr_anneal'"):
         Config(lr_anneal=True, total_steps=0).validate()
+
+
+def test_shipped_config_files_load():
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent / "configs"
+    files = sorted(root.glob("*.toml"))
+    assert files
+    for f in files:
+        Config.from_toml(str(f))
+    assert Config.from_toml(str(root / "doom_basic.toml")) == Config().replace(spec="doom-lstm", reward_scale=0.01, frame_skip=4)
