@@ -81,4 +81,5 @@ def test_shipped_config_files_load():
     assert files
     for f in files:
         Config.from_toml(str(f))
-    assert Config.from_toml(str(root / "doom_basic.toml")) == Config().replace(spec="doom-lstm", reward_scale=0.01, frame_skip=4)
+    assert Config.from_toml(str(root / "doom_basic.toml")) == Config().replace(
+        spec="doom-lstm", reward_scale=0.01, frame_skip=4, lr=1e-4)
