@@ -158,3 +158,37 @@ def test_keyboard_interrupt_writes_checkpoint(tmp_path):
     res = trainer.run()
     assert res.status == "interrupted"
     assert load_checkpoint(str(tmp_path / "run")).meta["counters"]["steps"] > 0
+
+
+def test_real_sigint_stops_cleanly_with_checkpoint(tmp_path):
+    """Ctrl-C (SIGINT) on the real CLI: workers stop, a loadable checkpoint, no traceback."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "a3c_core", "train", "--env", "CartPole-v1", "--workers", "2",
+         "--total-steps", "0", "--total-seconds", "120", "--run-dir", str(run), "--quiet",
+         "--no-tensorboard"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline:  # wait until episodes are being logged
+            ep = run / "episodes.csv"
+            if ep.exists() and ep.stat().st_size > 200:
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert "interrupted" in out
+    ck = load_checkpoint(str(run))
+    assert ck.meta["counters"]["steps"] > 0
+    assert json.load(open(run / "summary.json"))["status"] == "interrupted"
