@@ -14,6 +14,7 @@ Public (used by ``a3c_core.core``): ``copy_f32``, ``sumsq_f32``,
 ``scale_f32``, ``rmsprop_apply``, ``adam_apply``, ``sgd_apply``.
 """
 cimport numpy as cnp
+from _arrays cimport _check_f32, _fptr
 from libc.math cimport sqrtf, isfinite
 from libc.string cimport memmove
 
@@ -202,29 +203,6 @@ cdef extern from *:
 
 
 # ---------------------------------------------------------------- validation
-cdef inline Py_ssize_t _check_f32(object a, str name, bint writeable=False,
-                                  Py_ssize_t n=-1) except -1:
-    """Return len(a) after checking a is a 1-D C-contiguous float32 ndarray."""
-    cdef cnp.ndarray arr
-    if not cnp.PyArray_Check(a):
-        raise TypeError(f"{name} must be a numpy.ndarray of float32, got {type(a).__name__}")
-    arr = <cnp.ndarray>a
-    if cnp.PyArray_TYPE(arr) != cnp.NPY_FLOAT32:
-        raise TypeError(f"{name} must have dtype float32, got {arr.dtype}")
-    if cnp.PyArray_NDIM(arr) != 1:
-        raise ValueError(f"{name} must be 1-D (a flat buffer), got shape {a.shape}")
-    if not cnp.PyArray_IS_C_CONTIGUOUS(arr):
-        raise ValueError(f"{name} must be C-contiguous (use np.ascontiguousarray)")
-    if not cnp.PyArray_ISALIGNED(arr):
-        raise ValueError(f"{name} must be aligned")
-    if writeable and not cnp.PyArray_ISWRITEABLE(arr):
-        raise ValueError(f"{name} must be writeable (it is updated in place)")
-    cdef Py_ssize_t size = cnp.PyArray_DIM(arr, 0)
-    if n >= 0 and size != n:
-        raise ValueError(f"{name} has length {size}, expected {n}")
-    return size
-
-
 cdef inline int _check_disjoint(object a, str name_a, object b, str name_b) except -1:
     """The C loops use ``restrict``: written buffers must not overlap others."""
     cdef char* pa = <char*>cnp.PyArray_DATA(<cnp.ndarray>a)
@@ -236,8 +214,6 @@ cdef inline int _check_disjoint(object a, str name_a, object b, str name_b) exce
     return 0
 
 
-cdef inline float* _fptr(object a) noexcept:
-    return <float*>cnp.PyArray_DATA(<cnp.ndarray>a)
 
 
 # ---------------------------------------------------------------- kernels

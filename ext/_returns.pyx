@@ -8,32 +8,11 @@ t_max or truncated by a time limit.  The A3C rollout never crosses an episode
 boundary, so there is no per-step ``done`` mask.
 """
 cimport numpy as cnp
+from _arrays cimport _check_f32, _fptr
 
 cnp.import_array()
 
 
-cdef inline Py_ssize_t _check_f32(object a, str name, bint writeable=False,
-                                  Py_ssize_t n=-1) except -1:
-    cdef cnp.ndarray arr
-    if not cnp.PyArray_Check(a):
-        raise TypeError(f"{name} must be a numpy.ndarray of float32, got {type(a).__name__}")
-    arr = <cnp.ndarray>a
-    if cnp.PyArray_TYPE(arr) != cnp.NPY_FLOAT32:
-        raise TypeError(f"{name} must have dtype float32, got {arr.dtype}")
-    if cnp.PyArray_NDIM(arr) != 1:
-        raise ValueError(f"{name} must be 1-D of length T, got shape {a.shape}")
-    if not cnp.PyArray_IS_C_CONTIGUOUS(arr) or not cnp.PyArray_ISALIGNED(arr):
-        raise ValueError(f"{name} must be C-contiguous (use np.ascontiguousarray)")
-    if writeable and not cnp.PyArray_ISWRITEABLE(arr):
-        raise ValueError(f"{name} must be writeable")
-    cdef Py_ssize_t size = cnp.PyArray_DIM(arr, 0)
-    if n >= 0 and size != n:
-        raise ValueError(f"{name} has length {size}, expected {n} (len(rewards))")
-    return size
-
-
-cdef inline float* _fptr(object a) noexcept:
-    return <float*>cnp.PyArray_DATA(<cnp.ndarray>a)
 
 
 cdef inline cnp.ndarray _out(object out, str name, Py_ssize_t n):
