@@ -13,8 +13,6 @@ from _arrays cimport _check_f32, _fptr
 cnp.import_array()
 
 
-
-
 cdef inline cnp.ndarray _out(object out, str name, Py_ssize_t n):
     if out is None:
         return cnp.PyArray_EMPTY(1, [n], cnp.NPY_FLOAT32, 0)
