@@ -83,6 +83,22 @@ def _net_kwargs(cfg: Config, spec: str) -> dict:
     return {}
 
 
+def _allowed_cores():
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return []
+
+
+def _pin_thread(cores) -> bool:
+    """Pin the calling thread (Linux: pid 0 = this thread) to ``cores``."""
+    try:
+        os.sched_setaffinity(0, cores)
+        return True
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
 def _default_run_dir(cfg: Config) -> str:
     env = re.sub(r"[^A-Za-z0-9_.-]+", "_", cfg.env.split("/")[-1].replace(":", "_"))
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -121,15 +137,27 @@ class Trainer:
                     f"config field 'run_dir' = {self.run_dir!r}: it already holds a run; "
                     "use --resume to continue it or choose another --run-dir"
                 )
+        # Worker i and the engine process its env spawns (which inherits the
+        # spawning thread's affinity) share core i mod cores: the worker blocks
+        # while the engine renders, so the core never idles and its caches stay
+        # warm (measured: 1 worker on 2 cores 1,090 -> 1,450 steps/s).
+        self._cores = _allowed_cores() if cfg.pin_threads else []
         # Build worker 0's env here so an unknown env id fails before any file is written.
         self._envs = [None] * self.n_workers
-        first_env = make_env(
-            cfg.env,
-            seed=self._env_seed(0),
-            frame_skip=cfg.frame_skip,
-            runtime_dir=os.path.join(self.run_dir, "vizdoom"),
-            **self._env_kwargs(),
-        )
+        main_mask = self._cores and set(self._cores)
+        if self._cores:
+            _pin_thread({self._cores[0]})
+        try:
+            first_env = make_env(
+                cfg.env,
+                seed=self._env_seed(0),
+                frame_skip=cfg.frame_skip,
+                runtime_dir=os.path.join(self.run_dir, "vizdoom"),
+                **self._env_kwargs(),
+            )
+        finally:
+            if self._cores:
+                _pin_thread(main_mask)
         self._envs[0] = first_env
         self.spec_name = network_spec_for(cfg, first_env)
         self.pipeline_spec = dict(first_env.preprocess_spec)
@@ -273,6 +301,8 @@ class Trainer:
 
         cfg = self.cfg
         shared = self.shared
+        if self._cores:
+            _pin_thread({self._cores[wid % len(self._cores)]})
         env = self._envs[wid]
         if env is None:
             env = self._make_env(
