@@ -192,3 +192,24 @@ def test_real_sigint_stops_cleanly_with_checkpoint(tmp_path):
     ck = load_checkpoint(str(run))
     assert ck.meta["counters"]["steps"] > 0
     assert json.load(open(run / "summary.json"))["status"] == "interrupted"
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux only")
+def test_workers_are_pinned_and_main_thread_is_not(tmp_path):
+    before = os.sched_getaffinity(0)
+    cfg = Config(env="CartPole-v1", workers=2, total_steps=400, quiet=True, tensorboard=False,
+                 checkpoint_interval=0, run_dir=str(tmp_path / "run"))
+    trainer = Trainer(cfg)
+    assert os.sched_getaffinity(0) == before  # restored after building worker 0's env
+    seen = {}
+    real = trainer._record_episode
+
+    def record(wid, ret, length):
+        seen[wid] = os.sched_getaffinity(0)
+        return real(wid, ret, length)
+
+    trainer._record_episode = record
+    trainer.run()
+    cores = sorted(before)
+    assert seen and all(mask == {cores[w % len(cores)]} for w, mask in seen.items())
+    assert os.sched_getaffinity(0) == before
