@@ -374,8 +374,28 @@ class Trainer:
                 obs_buf[0] = obs_buf[n]
 
     # -- the run ------------------------------------------------------------
+    def _warm_up(self):
+        """Compile (first run) or load (cached) the Numba kernels before the clock starts."""
+        notice = threading.Timer(
+            1.5, lambda: print("compiling Numba kernels (first run only; cached afterwards)...",
+                               file=self.out, flush=True))
+        if not self.cfg.quiet:
+            notice.start()
+        try:
+            obs_shape = tuple(self.net_spec["obs_shape"])
+            net = self._build_network(self.spec_name, obs_shape, self.net_spec["n_actions"],
+                                      seed=self.cfg.seed, **self.net_kwargs)
+            obs = np.zeros((2,) + obs_shape, np.float32)
+            probs, _, _ = net.step(obs[0], net.initial_state())
+            sample_categorical(probs, 0.5)
+            zeros = np.zeros(2, np.float32)
+            net.loss_and_grad(obs, np.zeros(2, np.int64), zeros, zeros, net.initial_state())
+        finally:
+            notice.cancel()
+
     def run(self) -> TrainResult:
         cfg = self.cfg
+        self._warm_up()
         self.logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard)
         threads = [
             threading.Thread(target=self._worker, args=(i,), name=f"a3c-worker-{i}", daemon=True)
