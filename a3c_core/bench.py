@@ -13,7 +13,7 @@ dwarf the timer) and reports the median, min and max.  Rows:
   Elementwise work (activations, softmax, LSTM gates) is not counted, so the
   figure is a slight under-count of the work actually done.
 * ``update``: what a worker does per rollout after the forward steps:
-  loss_and_grad + clip_grad_norm + RMSProp apply + sync_params, us.
+  loss_and_grad + clip_grad_norm + Adam apply (the default) + sync_params, us.
 * ``rmsprop/adam apply``, ``clip_grad_norm``, ``gae``: flat-buffer kernels, us.
 * ``preprocess``: uint8 gray 120x160 -> float32 84x84 (area resize), us.
 * ``env step``: one ``env.step(a)`` of the env (ViZDoom: frame skip 4; the
@@ -288,7 +288,7 @@ def bench_network(net, T, repeat, min_time, peak, fl) -> list[Row]:
                     {"fraction_of_peak": statistics.median(gfs) / peak, "flops": total}))
 
     shared = net.params.copy()
-    opt = core.RMSProp(net.n_params, lr=7e-4, alpha=0.99, eps=0.1)
+    opt = core.Adam(net.n_params, lr=1e-4)  # the trainer's default optimizer
 
     def update():
         net.loss_and_grad(obs, actions, returns, adv, state0, value_coef=0.5, entropy_beta=0.01)
@@ -297,7 +297,7 @@ def bench_network(net, T, repeat, min_time, peak, fl) -> list[Row]:
         core.sync_params(shared, net.params)
 
     s = time_call(update, repeat=repeat, min_time=min_time)
-    rows.append(Row(f"update T={T}", _us(s), "us", "loss_and_grad + clip + RMSProp apply + sync_params"))
+    rows.append(Row(f"update T={T}", _us(s), "us", "loss_and_grad + clip + Adam apply + sync_params"))
 
     grads = (rng.standard_normal(net.n_params) * 1e-3).astype(net.params.dtype)
     params = net.params.copy()
