@@ -7,13 +7,15 @@ def test_defaults_are_the_standard_workload():
     c = Config().validate()
     assert c.env == "doom:basic"
     assert (c.t_max, c.gamma, c.gae_lambda) == (20, 0.99, 1.0)
-    assert (c.value_coef, c.entropy_beta, c.max_grad_norm) == (0.5, 0.01, 40.0)
+    assert (c.value_coef, c.effective_entropy_beta(), c.max_grad_norm) == (0.5, 0.01, 40.0)
     assert c.optimizer == "adam" and c.learning_rate() == pytest.approx(1e-4)
     assert Config(optimizer="rmsprop").learning_rate() == pytest.approx(7e-4)
     assert not c.bootstrap_truncated() and Config(env="CartPole-v1").bootstrap_truncated()
     assert (c.rmsprop_alpha, c.rmsprop_eps) == (0.99, 0.1)
     assert c.effective_reward_scale() == 0.01
-    assert Config(env="CartPole-v1").effective_reward_scale() == 1.0
+    cp = Config(env="CartPole-v1")
+    assert (cp.effective_reward_scale(), cp.effective_entropy_beta()) == (0.1, 0.001)
+    assert Config(env="CartPole-v1", entropy_beta=0.02).effective_entropy_beta() == 0.02
 
 
 @pytest.mark.parametrize(
@@ -82,4 +84,4 @@ def test_shipped_config_files_load():
     for f in files:
         Config.from_toml(str(f))
     assert Config.from_toml(str(root / "doom_basic.toml")) == Config().replace(
-        spec="doom-lstm", reward_scale=0.01, frame_skip=4, lr=1e-4)
+        spec="doom-lstm", reward_scale=0.01, frame_skip=4, lr=1e-4, entropy_beta=0.01)

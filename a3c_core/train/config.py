@@ -49,7 +49,7 @@ class Config:
     adam_beta1: float = _f(0.9, "Adam beta1")
     adam_beta2: float = _f(0.999, "Adam beta2")
     adam_eps: float = _f(1e-8, "Adam epsilon")
-    entropy_beta: float = _f(0.01, "entropy bonus coefficient")
+    entropy_beta: Optional[float] = _f(None, "entropy bonus coefficient (default 0.01 for doom, 0.001 otherwise)")
     value_coef: float = _f(0.5, "value-loss coefficient")
     max_grad_norm: float = _f(40.0, "global gradient-norm clip (0 = no clipping)")
     total_steps: int = _f(300_000, "stop after this many agent steps in total (0 = no limit)")
@@ -57,7 +57,7 @@ class Config:
     target_reward: Optional[float] = _f(None, "stop once the moving-average raw episode reward reaches this (optional)")
     reward_window: int = _f(100, "episodes in the moving average of raw reward")
     seed: int = _f(0, "random seed (worker i uses seed + i for its env and action sampling)")
-    reward_scale: Optional[float] = _f(None, "multiply rewards by this for learning (default 0.01 for doom, 1.0 otherwise)")
+    reward_scale: Optional[float] = _f(None, "multiply rewards by this for learning (default 0.01 for doom, 0.1 otherwise)")
     frame_skip: Optional[int] = _f(None, "frames per action (default 4 for doom, 1 for gymnasium)")
     frame_size: int = _f(84, "image observations are resized to frame_size x frame_size")
     run_dir: str = _f("", "run directory (default runs/<env>-<spec>-s<seed>-<timestamp>)")
@@ -87,7 +87,15 @@ class Config:
     def effective_reward_scale(self) -> float:
         if self.reward_scale is not None:
             return float(self.reward_scale)
-        return 0.01 if self.is_doom() else 1.0
+        return 0.01 if self.is_doom() else 0.1
+
+    def effective_entropy_beta(self) -> float:
+        """Per env family, by measurement: doom:basic learns with 0.01 (the
+        standard workload); on CartPole-v1 0.01 keeps the policy too random
+        (plateau at 420-456) while 0.001 reaches 475 in ~10 s."""
+        if self.entropy_beta is not None:
+            return float(self.entropy_beta)
+        return 0.01 if self.is_doom() else 0.001
 
     # -- validation -------------------------------------------------------
     def validate(self) -> "Config":
@@ -147,7 +155,7 @@ class Config:
             bad("adam_beta2", "must be in [0, 1)")
         if self.adam_eps <= 0:
             bad("adam_eps", "must be > 0")
-        if self.entropy_beta < 0:
+        if self.entropy_beta is not None and self.entropy_beta < 0:
             bad("entropy_beta", "must be >= 0")
         if self.value_coef < 0:
             bad("value_coef", "must be >= 0")

@@ -322,7 +322,7 @@ class Trainer:
         rng = np.random.default_rng([cfg.seed, wid, self.resumes])
         scale = cfg.effective_reward_scale()
         gamma, lam = cfg.gamma, cfg.gae_lambda
-        vcoef, beta, clip = cfg.value_coef, cfg.entropy_beta, cfg.max_grad_norm
+        vcoef, beta, clip = cfg.value_coef, cfg.effective_entropy_beta(), cfg.max_grad_norm
         total = cfg.total_steps
         trunc_boot = cfg.bootstrap_truncated()
         stop = self.stop_event
