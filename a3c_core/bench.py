@@ -158,32 +158,21 @@ def machine_info() -> dict:
                     break
     except OSError:
         pass
+    from a3c_core.checkpoint import versions
+
     info = {
         "cpu_model": cpu,
         "cpu_count": os.cpu_count(),
         "affinity_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "platform": platform.platform(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
+        **versions(),  # python, numpy, numba, a3c_core
     }
-    try:
-        import numba
-
-        info["numba"] = numba.__version__
-    except ImportError:  # pragma: no cover - numba is a dependency
-        info["numba"] = None
     try:
         from threadpoolctl import threadpool_info
 
         info["blas"] = [{k: d.get(k) for k in ("internal_api", "version", "num_threads")}
                         for d in threadpool_info() if d.get("user_api") == "blas"]
     except ImportError:  # pragma: no cover
-        pass
-    try:
-        import a3c_core
-
-        info["a3c_core"] = a3c_core.__version__
-    except Exception:  # pragma: no cover
         pass
     return info
 
