@@ -213,3 +213,15 @@ def test_workers_are_pinned_and_main_thread_is_not(tmp_path):
     cores = sorted(before)
     assert seen and all(mask == {cores[w % len(cores)]} for w, mask in seen.items())
     assert os.sched_getaffinity(0) == before
+
+
+def test_resume_with_mismatched_env_is_refused_and_keeps_checkpoint(tmp_path, capsys):
+    run = str(tmp_path / "run")
+    assert main(["train", "--env", "CartPole-v1", "--workers", "1", "--total-steps", "100",
+                 "--run-dir", run, "--quiet", "--no-tensorboard"]) == 0
+    path = os.path.join(run, "checkpoints", "latest.npz")
+    before = open(path, "rb").read()
+    assert main(["train", "--resume", run, "--env", "Acrobot-v1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoint" in err and ("parameters" in err or "Acrobot" in err)
+    assert open(path, "rb").read() == before

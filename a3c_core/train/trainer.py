@@ -140,7 +140,7 @@ class Trainer:
         # Worker i and the engine process its env spawns (which inherits the
         # spawning thread's affinity) share core i mod cores: the worker blocks
         # while the engine renders, so the core never idles and its caches stay
-        # warm (measured: 1 worker on 2 cores 1,090 -> 1,450 steps/s).
+        # warm (measured: 1 worker on 2 cores 1,040 -> 1,476 steps/s).
         self._cores = _allowed_cores() if cfg.pin_threads else []
         # Build worker 0's env here so an unknown env id fails before any file is written.
         self._envs = [None] * self.n_workers
@@ -158,30 +158,34 @@ class Trainer:
         finally:
             if self._cores:
                 _pin_thread(main_mask)
-        self._envs[0] = first_env
-        self.spec_name = network_spec_for(cfg, first_env)
-        self.pipeline_spec = dict(first_env.preprocess_spec)
-        if self.pipeline_spec.get("kind") == "image":
-            self.pipeline_spec["out_shape"] = [cfg.frame_size, cfg.frame_size]
-        pipe = ObsPipeline(self.pipeline_spec, first_env.obs_shape)
-        self.net_kwargs = _net_kwargs(cfg, self.spec_name)
-        net = build_network(
-            self.spec_name, pipe.net_obs_shape, first_env.n_actions, seed=cfg.seed, **self.net_kwargs
-        )
-        self.net_spec = net.spec
-        self.layout = layout_of(net)
-        self.env_spec = first_env.spec()
-        opt = make_optimizer(cfg.optimizer, net.n_params, **self._opt_kwargs())
-        self.shared = SharedState(net.params, opt)
-        self.wall_offset = 0.0
-        if ckpt is not None:
-            check_layout(ckpt, net)
-            if ckpt.env_spec.get("id", cfg.env) != first_env.spec().get("id"):
-                raise CheckpointError(
-                    f"checkpoint {ckpt.path} was trained on {ckpt.env_spec.get('id')!r}, "
-                    f"not {first_env.spec().get('id')!r}"
-                )
-            self._restore(ckpt)
+        try:
+            self._envs[0] = first_env
+            self.spec_name = network_spec_for(cfg, first_env)
+            self.pipeline_spec = dict(first_env.preprocess_spec)
+            if self.pipeline_spec.get("kind") == "image":
+                self.pipeline_spec["out_shape"] = [cfg.frame_size, cfg.frame_size]
+            pipe = ObsPipeline(self.pipeline_spec, first_env.obs_shape)
+            self.net_kwargs = _net_kwargs(cfg, self.spec_name)
+            net = build_network(
+                self.spec_name, pipe.net_obs_shape, first_env.n_actions, seed=cfg.seed, **self.net_kwargs
+            )
+            self.net_spec = net.spec
+            self.layout = layout_of(net)
+            self.env_spec = first_env.spec()
+            opt = make_optimizer(cfg.optimizer, net.n_params, **self._opt_kwargs())
+            self.shared = SharedState(net.params, opt)
+            self.wall_offset = 0.0
+            if ckpt is not None:
+                check_layout(ckpt, net)
+                if ckpt.env_spec.get("id", cfg.env) != first_env.spec().get("id"):
+                    raise CheckpointError(
+                        f"checkpoint {ckpt.path} was trained on {ckpt.env_spec.get('id')!r}, "
+                        f"not {first_env.spec().get('id')!r}"
+                    )
+                self._restore(ckpt)
+        except BaseException:
+            first_env.close()  # no engine process left behind by a refused start
+            raise
 
         os.makedirs(os.path.join(self.run_dir, "checkpoints"), exist_ok=True)
         with open(os.path.join(self.run_dir, "config.toml"), "w") as fh:
