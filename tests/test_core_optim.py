@@ -307,3 +307,34 @@ def test_hogwild_stress_quadratic(name):
     assert s.updates > 20 and s.skipped_updates == 0
     assert np.all(np.isfinite(s.params))
     assert loss(s.params) < 0.5 * loss0
+
+
+@pytest.mark.parametrize("name", ["sgd", "rmsprop", "adam"])
+@pytest.mark.parametrize("offset", [1, 17, 500, 999, 1000, -3])
+def test_offset_sweep_gives_identical_result(name, offset):
+    """A staggered start (wrap-around sweep) changes the order, not the result."""
+    rng = np.random.default_rng(3)
+    n = 1000
+    p0 = rng.standard_normal(n).astype(np.float32)
+    gs = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
+    a, b = make_optimizer(name, n), make_optimizer(name, n)
+    pa, pb = p0.copy(), p0.copy()
+    for g in gs:
+        a.apply(pa, g, grad_scale=0.5)
+        b.apply(pb, g, grad_scale=0.5, offset=offset)
+    np.testing.assert_array_equal(pa, pb)
+    for k, v in a.state_dict().items():
+        if isinstance(v, np.ndarray):
+            np.testing.assert_array_equal(v, b.state_dict()[k])
+
+
+def test_offset_apply_still_rejects_bad_input_before_writing():
+    n = 100
+    opt = make_optimizer("adam", n)
+    p = np.ones(n, np.float32)
+    with pytest.raises(ValueError, match="length"):
+        opt.apply(p, np.ones(n + 5, np.float32), offset=50)
+    with pytest.raises(TypeError, match="float32"):
+        opt.apply(p, np.ones(n, np.float64), offset=50)
+    np.testing.assert_array_equal(p, np.ones(n, np.float32))
+    assert opt.step == 0

@@ -43,6 +43,17 @@ factor N, so early steps are over-corrected (too large).
 ``grad_scale`` (a keyword every ``apply`` accepts) multiplies the gradient
 inside the loop; ``SharedState.apply`` uses it to fold the norm clip into the
 update without a second pass over the gradient.
+
+``offset`` (also accepted by every ``apply``) starts the sweep at that element
+and wraps around: the result is the same, element by element.  The trainer
+gives worker ``i`` of ``N`` the offset ``i * n / N`` so that two applies that
+run at the same time write different cache lines at any moment instead of
+chasing each other over the same ones.  Measured with
+``bench/two_thread_apply.py`` (2 threads, 1.2M params, medians of three runs
+on a noisy 2-core VM): Adam from a common start 1.41-2.30x one thread's time
+per update, staggered 1.42-1.54x, two threads on private arrays (no sharing
+at all) 1.44-1.58x: staggering removes the contention, the rest is memory
+bandwidth (Adam streams 7 arrays).  RMSProp (5 arrays): 1.03-1.55x.
 """
 import threading
 
@@ -92,8 +103,20 @@ class Optimizer:
         for a in self._arrays:
             setattr(self, a, np.zeros(self.n_params, np.float32))
 
-    def apply(self, params, grads, global_step=0, grad_scale=1.0):  # pragma: no cover
+    def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0):  # pragma: no cover
         raise NotImplementedError
+
+    def _spans(self, offset, *arrays):
+        """Slices covering all elements, starting at ``offset`` and wrapping once.
+
+        Any argument that is not a 1-D array of ``n_params`` elements gets one
+        unsplit slice, so the kernel sees (and rejects) the whole bad array.
+        """
+        n = self.n_params
+        if not all(isinstance(a, np.ndarray) and a.ndim == 1 and a.shape[0] == n for a in arrays):
+            offset = 0
+        offset = int(offset) % n
+        return (slice(None),) if offset == 0 else (slice(offset, None), slice(0, offset))
 
     def lr_at(self, global_step=0):
         """Learning rate used by an apply at ``global_step``."""
@@ -153,8 +176,9 @@ class SGD(Optimizer):
         super().__init__(n_params)
         self.lr = _check_float("lr", lr, lo=0.0)
 
-    def apply(self, params, grads, global_step=0, grad_scale=1.0):
-        _hogwild.sgd_apply(params, grads, self.lr, grad_scale)
+    def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0):
+        for sl in self._spans(offset, params, grads):
+            _hogwild.sgd_apply(params[sl], grads[sl], self.lr, grad_scale)
 
 
 class RMSProp(Optimizer):
@@ -186,9 +210,11 @@ class RMSProp(Optimizer):
             return self.lr * max(0.0, 1.0 - global_step / self.anneal_steps)
         return self.lr
 
-    def apply(self, params, grads, global_step=0, grad_scale=1.0):
-        _hogwild.rmsprop_apply(params, grads, self.square_avg, self.lr_at(global_step),
-                               self.alpha, self.eps, grad_scale)
+    def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0):
+        lr, ms = self.lr_at(global_step), self.square_avg
+        for sl in self._spans(offset, params, grads):
+            _hogwild.rmsprop_apply(params[sl], grads[sl], ms[sl], lr, self.alpha, self.eps,
+                                   grad_scale)
 
 
 class Adam(Optimizer):
@@ -219,13 +245,17 @@ class Adam(Optimizer):
         self.step = 0
         self._lock = threading.Lock()
 
-    def apply(self, params, grads, global_step=0, grad_scale=1.0):
+    def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0):
         with self._lock:
             self.step += 1
             t = self.step
+        m, v = self.exp_avg, self.exp_avg_sq
         try:
-            _hogwild.adam_apply(params, grads, self.exp_avg, self.exp_avg_sq, self.lr,
-                                self.beta1, self.beta2, self.eps, t, grad_scale)
+            # a bad argument is rejected by the first call, before anything is
+            # written: the spans only split arrays already checked 1-D of n_params
+            for sl in self._spans(offset, params, grads):
+                _hogwild.adam_apply(params[sl], grads[sl], m[sl], v[sl], self.lr,
+                                    self.beta1, self.beta2, self.eps, t, grad_scale)
         except (TypeError, ValueError):
             with self._lock:       # rejected before anything was written
                 self.step -= 1

@@ -115,7 +115,7 @@ class SharedState:
         """Copy the shared params into a worker's local float32 buffer (nogil)."""
         _hogwild.copy_f32(self.params, local_params)
 
-    def apply(self, grads, max_grad_norm=None, global_step=None):
+    def apply(self, grads, max_grad_norm=None, global_step=None, offset=0):
         """Clip by global norm and apply the optimizer to the shared params.
 
         Returns ``(norm, applied)``.  Non-finite gradients are not applied
@@ -123,6 +123,8 @@ class SharedState:
         otherwise ``updates`` is incremented.  The clip factor is folded into
         the optimizer loop, so ``grads`` itself is NOT modified.
         ``global_step`` (for learning-rate annealing) defaults to ``steps``.
+        ``offset``: start the sweep there and wrap (same result; see
+        :mod:`a3c_core.core.optim`: staggered workers contend less).
         """
         norm, finite, scale = _norm_and_scale(grads, max_grad_norm)
         if not finite:
@@ -130,7 +132,7 @@ class SharedState:
             return norm, False
         self.optimizer.apply(self.params, grads,
                              self.steps if global_step is None else global_step,
-                             grad_scale=scale)
+                             grad_scale=scale, offset=offset)
         self.add_updates(1)
         return norm, True
 

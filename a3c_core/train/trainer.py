@@ -331,6 +331,8 @@ class Trainer:
         trunc_boot = cfg.bootstrap_truncated()
         stop = self.stop_event
         stats_acc = np.zeros(5)  # policy, value, entropy, grad_norm, count
+        # staggered start of this worker's optimizer sweep (see core.optim)
+        offset = (wid * shared.n_params // self.n_workers) // 16 * 16
 
         pipe(env.reset(), obs_buf[0])
         state = net.initial_state()
@@ -364,7 +366,7 @@ class Trainer:
             stats, _ = net.loss_and_grad(
                 obs_buf[:n], actions[:n], ret, adv, state0, value_coef=vcoef, entropy_beta=beta
             )
-            norm, _applied = shared.apply(net.grads, clip, global_step=shared.steps)
+            norm, _applied = shared.apply(net.grads, clip, global_step=shared.steps, offset=offset)
             shared.add_steps(n)
             stats_acc += (stats["policy_loss"] / n, stats["value_loss"] / n,
                           stats["entropy"] / n, norm, 1.0)
