@@ -12,7 +12,9 @@ import numpy as np
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-compile_args = ["-O3"] if sys.platform != "win32" else ["/O2"]
+# -fno-math-errno: sqrtf never sets errno for our (non-negative) inputs, and
+# without the flag GCC will not vectorize the optimizer loops (2.4 ms -> 0.3 ms).
+compile_args = ["-O3", "-fno-math-errno"] if sys.platform != "win32" else ["/O2"]
 if os.environ.get("A3C_NATIVE") == "1" and sys.platform != "win32":
     compile_args.append("-march=native")
 

@@ -57,79 +57,26 @@ cdef extern from *:
         for (Py_ssize_t i = 0; i < n; i++) g[i] = g[i] * s;
     }
 
-    /* sqrtf does not vectorize without -fno-math-errno (setup.py does not
-       pass it), so the two loops with a square root are written with SSE
-       (x86-64 baseline) and AVX intrinsics, picked at run time. */
-    #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-    #  include <immintrin.h>
-    #  define A3C_X86 1
-    #  define A3C_AVX __attribute__((target("avx")))
-    static int a3c_avx_ok(void) {
-        static int ok = -1;
-        if (ok < 0) { __builtin_cpu_init(); ok = __builtin_cpu_supports("avx") ? 1 : 0; }
-        return ok;
-    }
-    #else
-    #  define A3C_X86 0
-    #endif
-
-    /* ms <- alpha*ms + (1-alpha)*d*d ; p <- p - lr*d/sqrt(ms+eps), d = gs*g */
-    static void a3c_rmsprop_tail(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
-                                 float *A3C_RESTRICT ms, Py_ssize_t i, Py_ssize_t n, float lr,
-                                 float alpha, float one_m_alpha, float eps, float gs) {
-        for (; i < n; i++) {
+    /* ms <- alpha*ms + (1-alpha)*d*d ; p <- p - lr*d/sqrt(ms+eps), d = gs*g.
+       setup.py compiles with -fno-math-errno so sqrtf vectorizes. */
+    A3C_CLONES static void a3c_rmsprop(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
+                                      float *A3C_RESTRICT ms, Py_ssize_t n, float lr,
+                                      float alpha, float one_m_alpha, float eps, float gs) {
+        for (Py_ssize_t i = 0; i < n; i++) {
             float d = g[i] * gs;
             float s = alpha * ms[i] + one_m_alpha * (d * d);
             ms[i] = s;
             p[i] = p[i] - (lr * d) / sqrtf(s + eps);
         }
     }
-    #if A3C_X86
-    A3C_AVX static void a3c_rmsprop_avx(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
-                                       float *A3C_RESTRICT ms, Py_ssize_t n, float lr,
-                                       float alpha, float one_m_alpha, float eps, float gs) {
-        __m256 vlr = _mm256_set1_ps(lr), va = _mm256_set1_ps(alpha);
-        __m256 v1a = _mm256_set1_ps(one_m_alpha), veps = _mm256_set1_ps(eps);
-        __m256 vgs = _mm256_set1_ps(gs);
-        Py_ssize_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            __m256 d = _mm256_mul_ps(_mm256_loadu_ps(g + i), vgs);
-            __m256 s = _mm256_add_ps(_mm256_mul_ps(va, _mm256_loadu_ps(ms + i)),
-                                     _mm256_mul_ps(v1a, _mm256_mul_ps(d, d)));
-            _mm256_storeu_ps(ms + i, s);
-            __m256 step = _mm256_div_ps(_mm256_mul_ps(vlr, d), _mm256_sqrt_ps(_mm256_add_ps(s, veps)));
-            _mm256_storeu_ps(p + i, _mm256_sub_ps(_mm256_loadu_ps(p + i), step));
-        }
-        a3c_rmsprop_tail(p, g, ms, i, n, lr, alpha, one_m_alpha, eps, gs);
-    }
-    #endif
-    static void a3c_rmsprop(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
-                            float *A3C_RESTRICT ms, Py_ssize_t n, float lr,
-                            float alpha, float one_m_alpha, float eps, float gs) {
-        Py_ssize_t i = 0;
-    #if A3C_X86
-        if (a3c_avx_ok()) { a3c_rmsprop_avx(p, g, ms, n, lr, alpha, one_m_alpha, eps, gs); return; }
-        __m128 vlr = _mm_set1_ps(lr), va = _mm_set1_ps(alpha);
-        __m128 v1a = _mm_set1_ps(one_m_alpha), veps = _mm_set1_ps(eps), vgs = _mm_set1_ps(gs);
-        for (; i + 4 <= n; i += 4) {
-            __m128 d = _mm_mul_ps(_mm_loadu_ps(g + i), vgs);
-            __m128 s = _mm_add_ps(_mm_mul_ps(va, _mm_loadu_ps(ms + i)),
-                                  _mm_mul_ps(v1a, _mm_mul_ps(d, d)));
-            _mm_storeu_ps(ms + i, s);
-            __m128 step = _mm_div_ps(_mm_mul_ps(vlr, d), _mm_sqrt_ps(_mm_add_ps(s, veps)));
-            _mm_storeu_ps(p + i, _mm_sub_ps(_mm_loadu_ps(p + i), step));
-        }
-    #endif
-        a3c_rmsprop_tail(p, g, ms, i, n, lr, alpha, one_m_alpha, eps, gs);
-    }
 
     /* m <- b1*m + (1-b1)*d ; v <- b2*v + (1-b2)*d*d ;
        p <- p - lr*(m*bc1) / (sqrt(v*bc2) + eps), bc = 1/(1-beta^t) */
-    static void a3c_adam_tail(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
-                              float *A3C_RESTRICT m, float *A3C_RESTRICT v, Py_ssize_t i,
-                              Py_ssize_t n, float lr, float b1, float one_m_b1, float b2,
-                              float one_m_b2, float bc1, float bc2, float eps, float gs) {
-        for (; i < n; i++) {
+    A3C_CLONES static void a3c_adam(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
+                                   float *A3C_RESTRICT m, float *A3C_RESTRICT v, Py_ssize_t n,
+                                   float lr, float b1, float one_m_b1, float b2, float one_m_b2,
+                                   float bc1, float bc2, float eps, float gs) {
+        for (Py_ssize_t i = 0; i < n; i++) {
             float d = g[i] * gs;
             float mi = b1 * m[i] + one_m_b1 * d;
             float vi = b2 * v[i] + one_m_b2 * (d * d);
@@ -137,54 +84,6 @@ cdef extern from *:
             v[i] = vi;
             p[i] = p[i] - (lr * (mi * bc1)) / (sqrtf(vi * bc2) + eps);
         }
-    }
-    #if A3C_X86
-    A3C_AVX static void a3c_adam_avx(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
-                                    float *A3C_RESTRICT m, float *A3C_RESTRICT v, Py_ssize_t n,
-                                    float lr, float b1, float one_m_b1, float b2, float one_m_b2,
-                                    float bc1, float bc2, float eps, float gs) {
-        __m256 vlr = _mm256_set1_ps(lr), vb1 = _mm256_set1_ps(b1), v1b1 = _mm256_set1_ps(one_m_b1);
-        __m256 vb2 = _mm256_set1_ps(b2), v1b2 = _mm256_set1_ps(one_m_b2);
-        __m256 vbc1 = _mm256_set1_ps(bc1), vbc2 = _mm256_set1_ps(bc2);
-        __m256 veps = _mm256_set1_ps(eps), vgs = _mm256_set1_ps(gs);
-        Py_ssize_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            __m256 d = _mm256_mul_ps(_mm256_loadu_ps(g + i), vgs);
-            __m256 mi = _mm256_add_ps(_mm256_mul_ps(vb1, _mm256_loadu_ps(m + i)), _mm256_mul_ps(v1b1, d));
-            __m256 vi = _mm256_add_ps(_mm256_mul_ps(vb2, _mm256_loadu_ps(v + i)),
-                                      _mm256_mul_ps(v1b2, _mm256_mul_ps(d, d)));
-            _mm256_storeu_ps(m + i, mi);
-            _mm256_storeu_ps(v + i, vi);
-            __m256 den = _mm256_add_ps(_mm256_sqrt_ps(_mm256_mul_ps(vi, vbc2)), veps);
-            __m256 step = _mm256_div_ps(_mm256_mul_ps(vlr, _mm256_mul_ps(mi, vbc1)), den);
-            _mm256_storeu_ps(p + i, _mm256_sub_ps(_mm256_loadu_ps(p + i), step));
-        }
-        a3c_adam_tail(p, g, m, v, i, n, lr, b1, one_m_b1, b2, one_m_b2, bc1, bc2, eps, gs);
-    }
-    #endif
-    static void a3c_adam(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
-                         float *A3C_RESTRICT m, float *A3C_RESTRICT v, Py_ssize_t n,
-                         float lr, float b1, float one_m_b1, float b2, float one_m_b2,
-                         float bc1, float bc2, float eps, float gs) {
-        Py_ssize_t i = 0;
-    #if A3C_X86
-        if (a3c_avx_ok()) { a3c_adam_avx(p, g, m, v, n, lr, b1, one_m_b1, b2, one_m_b2, bc1, bc2, eps, gs); return; }
-        __m128 vlr = _mm_set1_ps(lr), vb1 = _mm_set1_ps(b1), v1b1 = _mm_set1_ps(one_m_b1);
-        __m128 vb2 = _mm_set1_ps(b2), v1b2 = _mm_set1_ps(one_m_b2);
-        __m128 vbc1 = _mm_set1_ps(bc1), vbc2 = _mm_set1_ps(bc2);
-        __m128 veps = _mm_set1_ps(eps), vgs = _mm_set1_ps(gs);
-        for (; i + 4 <= n; i += 4) {
-            __m128 d = _mm_mul_ps(_mm_loadu_ps(g + i), vgs);
-            __m128 mi = _mm_add_ps(_mm_mul_ps(vb1, _mm_loadu_ps(m + i)), _mm_mul_ps(v1b1, d));
-            __m128 vi = _mm_add_ps(_mm_mul_ps(vb2, _mm_loadu_ps(v + i)), _mm_mul_ps(v1b2, _mm_mul_ps(d, d)));
-            _mm_storeu_ps(m + i, mi);
-            _mm_storeu_ps(v + i, vi);
-            __m128 den = _mm_add_ps(_mm_sqrt_ps(_mm_mul_ps(vi, vbc2)), veps);
-            __m128 step = _mm_div_ps(_mm_mul_ps(vlr, _mm_mul_ps(mi, vbc1)), den);
-            _mm_storeu_ps(p + i, _mm_sub_ps(_mm_loadu_ps(p + i), step));
-        }
-    #endif
-        a3c_adam_tail(p, g, m, v, i, n, lr, b1, one_m_b1, b2, one_m_b2, bc1, bc2, eps, gs);
     }
 
     A3C_CLONES static void a3c_sgd(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
