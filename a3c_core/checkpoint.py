@@ -12,7 +12,10 @@ A checkpoint holds
 Writes go to a temporary file in the destination directory, are flushed and
 fsync'ed, then renamed over the target (``os.replace`` is atomic on POSIX and
 Windows), so a crash or Ctrl-C mid-write leaves the previous checkpoint intact.
-Only numpy is needed to read one (``allow_pickle=False`` throughout).
+The file gets the mode the user's umask gives any new file (not the 0600 of
+the temporary file). Parameters must be finite: :func:`save_checkpoint`
+refuses NaN/inf parameters and :func:`load_checkpoint` refuses files holding
+them. Only numpy is needed to read one (``allow_pickle=False`` throughout).
 """
 from __future__ import annotations
 
@@ -50,22 +53,54 @@ def versions() -> dict:
     return out
 
 
+def _umask() -> int:
+    """The process umask, read without changing it where the OS allows."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # brief window; only where /proc is unavailable
+    os.umask(mask)
+    return mask
+
+
+def _check_finite(params, what):
+    bad = ~np.isfinite(params)
+    if bad.any():
+        n = int(bad.sum())
+        raise CheckpointError(
+            f"{what}: {n} of {params.size} parameters are not finite (NaN or inf); "
+            f"the first at flat index {int(np.argmax(bad))}"
+        )
+
+
 def save_checkpoint(path, params, meta, opt_arrays=None):
-    """Atomically write ``params`` (+ optimizer arrays) and ``meta`` to ``path``."""
+    """Atomically write ``params`` (+ optimizer arrays) and ``meta`` to ``path``.
+
+    ``params``: flat float32 ``(P,)``; raises :class:`CheckpointError` (and
+    writes nothing) if any parameter is NaN or inf.
+    """
     path = os.fspath(path)
+    params = np.ascontiguousarray(params, dtype=np.float32)
+    _check_finite(params, f"refusing to write checkpoint {path}")
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     meta = dict(meta)
     meta.setdefault("format", FORMAT)
     meta.setdefault("format_version", FORMAT_VERSION)
     meta.setdefault("versions", versions())
-    meta["n_params"] = int(np.asarray(params).size)
-    arrays = {"params": np.ascontiguousarray(params, dtype=np.float32)}
+    meta["n_params"] = int(params.size)
+    arrays = {"params": params}
     for k, v in (opt_arrays or {}).items():
         arrays["opt/" + k] = np.ascontiguousarray(v)
     arrays["meta"] = np.frombuffer(json.dumps(meta, sort_keys=True).encode(), dtype=np.uint8)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + "-", dir=directory)
     try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
             np.savez(fh, **arrays)
             fh.flush()
@@ -109,6 +144,33 @@ class Checkpoint:
     def preprocess_spec(self) -> dict:
         return self.meta.get("preprocess", {"kind": "vector"})
 
+    @property
+    def steps(self):
+        """Agent steps the run had taken when this checkpoint was saved (None if unknown)."""
+        steps = self.meta.get("counters", {}).get("steps")
+        return None if steps is None else int(steps)
+
+    def describe(self) -> str:
+        """One line: which file, at which step, and the training averages saved with it."""
+        parts = [self.path]
+        if self.steps is not None:
+            parts.append(f"step {self.steps:,}")
+        window = self.meta.get("avg_window")
+        over = f" over the last {window} episodes" if window else ""
+        avg = self.meta.get("moving_avg")
+        parts.append("training moving average " + ("n/a (no episode finished)" if avg is None
+                                                    else f"{avg:.2f}{over}"))
+        best = self.meta.get("best_moving_avg")
+        if best is not None:
+            parts.append(f"best {best:.2f}")
+        for key, value in sorted(self.meta.items()):
+            # per-window averages, e.g. "moving_avg_10": 71.3 (written by newer trainers)
+            if key.startswith("moving_avg_") and isinstance(value, (int, float)):
+                parts.append(f"{key.replace('moving_avg_', 'last ')} episodes {value:.2f}")
+        if self.meta.get("saved_at"):
+            parts.append(f"saved {self.meta['saved_at']}")
+        return ", ".join(parts)
+
 
 def resolve_checkpoint_path(path, which="latest"):
     """Accept a checkpoint file or a run directory (-> its ``<which>.npz``)."""
@@ -128,6 +190,18 @@ def load_checkpoint(path, which="latest") -> Checkpoint:
     path = resolve_checkpoint_path(path, which)
     if not os.path.exists(path):
         raise CheckpointError(f"checkpoint not found: {path}")
+    if os.path.isdir(path):
+        raise CheckpointError(f"checkpoint {path} is a directory, not a run directory or .npz file")
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(4)
+    except OSError as e:
+        raise CheckpointError(f"cannot read checkpoint {path}: {e}") from None
+    if magic[:2] != b"PK":
+        raise CheckpointError(
+            f"{path} is not an .npz checkpoint (not a zip archive); a3c_core checkpoints "
+            f"are RUN_DIR/checkpoints/latest.npz and best.npz"
+        )
     try:
         with np.load(path, allow_pickle=False) as z:
             names = set(z.files)
@@ -156,7 +230,35 @@ def load_checkpoint(path, which="latest") -> Checkpoint:
         )
     if "network" not in meta:
         raise CheckpointError(f"checkpoint {path} has no network spec")
+    _check_finite(params, f"checkpoint {path} is unusable")
     return Checkpoint(path, params, opt, meta)
+
+
+def find_resume_checkpoint(run_dir) -> Checkpoint:
+    """The newest valid checkpoint of ``run_dir`` (``latest.npz`` or ``best.npz``).
+
+    "Newest" is by ``counters.steps`` (ties: ``latest``). Missing, corrupt or
+    non-finite files are skipped; if none is usable, :class:`CheckpointError`
+    lists every file tried and why it was refused.
+    """
+    run_dir = os.fspath(run_dir)
+    if not os.path.isdir(run_dir):
+        raise CheckpointError(f"run directory not found: {run_dir}")
+    found, tried = [], []
+    for which in ("latest", "best"):
+        path = os.path.join(run_dir, "checkpoints", f"{which}.npz")
+        if not os.path.exists(path):
+            tried.append(f"{path}: missing")
+            continue
+        try:
+            found.append(load_checkpoint(path))
+        except CheckpointError as e:
+            tried.append(f"{path}: {e}")
+    if not found:
+        raise CheckpointError(f"run directory {run_dir} has no usable checkpoint; tried:\n  "
+                              + "\n  ".join(tried))
+    # max() keeps the first of equal keys: latest wins a tie
+    return max(found, key=lambda c: -1 if c.steps is None else c.steps)
 
 
 def check_layout(ckpt: Checkpoint, net) -> None:

@@ -7,6 +7,7 @@ import pytest
 from a3c_core.checkpoint import (
     CheckpointError,
     check_layout,
+    find_resume_checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
@@ -58,7 +59,7 @@ def test_missing_and_corrupt(tmp_path):
     with pytest.raises(CheckpointError, match="truncated or corrupt"):
         load_checkpoint(str(p))
     p.write_bytes(b"not a zip at all")
-    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+    with pytest.raises(CheckpointError, match=r"not an \.npz checkpoint"):
         load_checkpoint(str(p))
     np.savez(p, x=np.zeros(3))
     with pytest.raises(CheckpointError, match="not an a3c_core checkpoint"):
@@ -117,3 +118,86 @@ def test_concurrent_writers_never_expose_partial_file(tmp_path):
     for t in ts:
         t.join()
     assert errors == []
+
+
+@pytest.mark.parametrize("content", [os.urandom(4096), b'env = "doom:basic"\nseed = 0\n', b""])
+def test_non_npz_file_is_named_as_such(tmp_path, content):
+    """Random bytes or a config.toml: 'not an .npz checkpoint', never 'pickled (object) data'."""
+    p = tmp_path / "config.toml"
+    p.write_bytes(content if not content.startswith(b"PK") else b"X" + content)
+    with pytest.raises(CheckpointError, match=r"config\.toml is not an \.npz checkpoint") as e:
+        load_checkpoint(str(p))
+    assert "pickled" not in str(e.value)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_params_are_refused_both_ways(tmp_path, bad):
+    net = _Net([(3, 4), (5,)])
+    params = net.params.copy()
+    params[7] = bad
+    p = tmp_path / "c.npz"
+    with pytest.raises(CheckpointError, match="1 of 17 parameters are not finite.*index 7"):
+        save_checkpoint(p, params, _meta(net))
+    assert not p.exists() and os.listdir(tmp_path) == []
+    # a file written by something else (an older trainer) is refused at load
+    meta = dict(_meta(net), format="a3c_core.checkpoint", format_version=1, n_params=17)
+    np.savez(p, params=params, meta=np.frombuffer(__import__("json").dumps(meta).encode(), np.uint8))
+    with pytest.raises(CheckpointError, match="not finite"):
+        load_checkpoint(str(p))
+
+
+@pytest.mark.skipif(not hasattr(os, "fchmod"), reason="POSIX file modes")
+@pytest.mark.parametrize("mask", [0o022, 0o002, 0o077])
+def test_checkpoint_mode_follows_umask(tmp_path, mask):
+    net = _Net([(3,)])
+    old = os.umask(mask)
+    try:
+        ref = tmp_path / "plain"
+        ref.write_bytes(b"")  # what any new file gets
+        p = save_checkpoint(tmp_path / "c.npz", net.params, _meta(net))
+    finally:
+        os.umask(old)
+    assert os.stat(p).st_mode & 0o777 == os.stat(ref).st_mode & 0o777 == 0o666 & ~mask
+
+
+def _save_at(run, which, steps, net):
+    meta = dict(_meta(net), counters={"steps": steps})
+    return save_checkpoint(os.path.join(run, "checkpoints", f"{which}.npz"), net.params + steps, meta)
+
+
+def test_find_resume_checkpoint_newest_valid(tmp_path):
+    net = _Net([(3, 4)])
+    run = str(tmp_path / "run")
+    with pytest.raises(CheckpointError, match="run directory not found"):
+        find_resume_checkpoint(run)
+    os.makedirs(run)
+    with pytest.raises(CheckpointError, match="(?s)no usable checkpoint.*latest.npz: missing.*best.npz: missing"):
+        find_resume_checkpoint(run)
+    # killed before the first latest.npz: best.npz alone is used
+    best = _save_at(run, "best", 400, net)
+    ck = find_resume_checkpoint(run)
+    assert ck.path == best and ck.steps == 400
+    # the newer of the two by counters.steps
+    latest = _save_at(run, "latest", 1000, net)
+    assert find_resume_checkpoint(run).path == latest
+    _save_at(run, "best", 2000, net)
+    assert find_resume_checkpoint(run).path == best
+    _save_at(run, "best", 1000, net)  # tie: latest
+    assert find_resume_checkpoint(run).path == latest
+    # a corrupt latest is skipped
+    with open(latest, "r+b") as fh:
+        fh.truncate(100)
+    assert find_resume_checkpoint(run).path == best
+    with open(best, "wb") as fh:
+        fh.write(b"garbage")
+    with pytest.raises(CheckpointError, match="(?s)latest.npz: .*truncated.*best.npz: .*not an .npz"):
+        find_resume_checkpoint(run)
+
+
+def test_describe_names_file_step_and_average(tmp_path):
+    net = _Net([(3,)])
+    meta = dict(_meta(net), counters={"steps": 40000}, moving_avg=12.5, best_moving_avg=80.25,
+                avg_window=100)
+    p = save_checkpoint(tmp_path / "best.npz", net.params, meta)
+    d = load_checkpoint(p).describe()
+    assert p in d and "step 40,000" in d and "12.50 over the last 100 episodes" in d and "best 80.25" in d
