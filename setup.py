@@ -2,7 +2,10 @@
 
 ``ext/_name.pyx`` becomes the extension module ``a3c_core._name``.  Build
 requirements (setuptools, Cython>=3, numpy) come from pyproject.toml, so
-``pip install .`` works with build isolation on a fresh machine.
+``pip install .`` works with build isolation on a fresh machine.  The sdist
+ships ``ext/*.pyx`` and ``ext/*.pxd`` (MANIFEST.in); a build that finds no
+Cython source stops with an error instead of producing a package without its
+compiled extensions.
 """
 import glob
 import os
@@ -18,6 +21,15 @@ compile_args = ["-O3", "-fno-math-errno"] if sys.platform != "win32" else ["/O2"
 if os.environ.get("A3C_NATIVE") == "1" and sys.platform != "win32":
     compile_args.append("-march=native")
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCES = sorted(glob.glob(os.path.join("ext", "*.pyx"), root_dir=HERE))
+if not SOURCES:
+    raise SystemExit(
+        "a3c_core build error: no Cython sources (ext/*.pyx) next to setup.py in "
+        f"{HERE}. The package cannot work without its compiled extensions; build from a "
+        "git checkout or a complete sdist (MANIFEST.in ships ext/*.pyx and ext/*.pxd)."
+    )
+
 extensions = [
     Extension(
         "a3c_core." + os.path.splitext(os.path.basename(src))[0],
@@ -26,7 +38,7 @@ extensions = [
         extra_compile_args=compile_args,
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
     )
-    for src in sorted(glob.glob(os.path.join("ext", "*.pyx")))
+    for src in SOURCES
 ]
 
 setup(
