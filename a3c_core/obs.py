@@ -9,13 +9,25 @@ from __future__ import annotations
 import numpy as np
 
 
+class ObservationError(ValueError, TypeError):
+    """An observation of the wrong type, shape, dtype, or with NaN/inf values.
+
+    A subclass of both ``ValueError`` and ``TypeError``, so either catches it.
+    """
+
+
 class ObsPipeline:
     """Turn raw observations of shape ``raw_shape`` into network inputs.
 
     * ``{"kind": "image", "out_shape": [84, 84], "crop": null}``: uint8 gray
       (H, W) or RGB (H, W, 3) frames -> float32 (1, 84, 84) in [0, 1] (area
       resize, Cython kernel, no GIL);
-    * ``{"kind": "vector"}``: any numeric array -> float32 (D,) (flattened).
+    * ``{"kind": "vector"}``: any real numeric array -> float32 (D,)
+      (flattened); NaN or inf entries are rejected.
+
+    Array-likes (lists, tuples) are accepted; anything else, a wrong shape or
+    a wrong dtype raises :class:`ObservationError` naming the expected shape
+    and dtype.
     """
 
     def __init__(self, preprocess_spec: dict, raw_shape, raw_dtype="uint8"):
@@ -29,33 +41,60 @@ class ObsPipeline:
             crop = self.spec.get("crop")
             self._prep = Preprocessor(self.raw_shape, out_shape, crop=tuple(crop) if crop else None)
             self.net_obs_shape = (1,) + out_shape
+            self.expects = f"a uint8 array of shape {self.raw_shape}"
         elif self.kind == "vector":
             self._prep = None
             self.net_obs_shape = (int(np.prod(self.raw_shape)),)
+            self.expects = f"a real-valued (float32) array of shape {self.raw_shape}"
         else:
             raise ValueError(f"unknown preprocess kind {self.kind!r} (expected 'image' or 'vector')")
 
     def check(self, raw) -> np.ndarray:
-        raw = np.asarray(raw)
+        """``raw`` as an ndarray of ``raw_shape`` and a usable dtype, or :class:`ObservationError`."""
+        if not isinstance(raw, np.ndarray):
+            if raw is None or np.isscalar(raw) or not hasattr(raw, "__len__") and not hasattr(raw, "__array__"):
+                raise ObservationError(
+                    f"observation must be {self.expects} (the raw env observation), "
+                    f"got {type(raw).__name__}"
+                )
+            try:
+                raw = np.asarray(raw)
+            except (ValueError, TypeError) as e:  # ragged nested lists
+                raise ObservationError(f"observation must be {self.expects}; "
+                                       f"cannot convert the {type(raw).__name__}: {e}") from None
+            if self.kind == "image" and raw.dtype.kind in "iu" and raw.size \
+                    and raw.min() >= 0 and raw.max() <= 255:
+                raw = raw.astype(np.uint8)
+        if raw.dtype.kind not in "biuf":
+            raise ObservationError(f"observation must be {self.expects}, got dtype {raw.dtype}")
         if raw.shape != self.raw_shape:
-            raise ValueError(
+            raise ObservationError(
                 f"observation has shape {raw.shape}, but this policy expects raw "
-                f"observations of shape {self.raw_shape} ({self.kind})"
+                f"observations of shape {self.raw_shape} ({self.expects})"
             )
+        if self.kind == "image" and raw.dtype != np.uint8:
+            raise ObservationError(f"image observations must be uint8, got {raw.dtype} "
+                                   f"(expected {self.expects})")
         return raw
 
     def __call__(self, raw, out=None) -> np.ndarray:
         """Write the network input for ``raw`` into ``out`` (allocated if None)."""
         if out is None:
             out = np.empty(self.net_obs_shape, np.float32)
+        if type(raw) is not np.ndarray or raw.shape != self.raw_shape \
+                or (self.kind == "image" and raw.dtype != np.uint8):
+            raw = self.check(raw)
         if self.kind == "image":
-            if raw.shape != self.raw_shape or raw.dtype != np.uint8:
-                raw = self.check(raw)
-                if raw.dtype != np.uint8:
-                    raise ValueError(f"image observations must be uint8, got {raw.dtype}")
             self._prep(raw, out.reshape(self.net_obs_shape[1:]))
         else:
-            if raw.shape != self.raw_shape:
+            if raw.dtype.kind not in "biuf":
                 self.check(raw)
             out[:] = np.ravel(raw)
+            if not np.isfinite(out).all():
+                bad = np.flatnonzero(~np.isfinite(out))
+                raise ObservationError(
+                    f"observation contains {bad.size} non-finite value(s) (NaN or inf), the "
+                    f"first at index {int(bad[0])}; the network would turn them into a NaN "
+                    f"state that poisons every later step"
+                )
         return out

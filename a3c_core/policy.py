@@ -1,7 +1,7 @@
 """Embedding API: a trained policy in a lightweight deployment.
 
     from a3c_core import Policy
-    policy = Policy.load("runs/doom_basic-doom-lstm-s0-.../checkpoints/best.npz")
+    policy = Policy.load("runs/doom_basic-s0-.../checkpoints/latest.npz")
     state = policy.initial_state()
     action, state = policy.act(raw_frame, state)        # raw env observation
 
@@ -9,36 +9,64 @@ Only numpy and numba (plus a3c_core's own compiled preprocessing) are needed
 at run time: no torch, TF, vizdoom or gymnasium.  ``act`` applies the
 preprocessing the agent was trained with (stored in the checkpoint) and runs
 the batch-1 forward step.
+
+Observations: the raw env observation (uint8 ``(H, W)``/``(H, W, 3)`` frames,
+or a real vector); lists are accepted.  A wrong type, shape or dtype, or a
+NaN/inf value, raises :class:`~a3c_core.obs.ObservationError` (a
+``ValueError`` and a ``TypeError``) naming what was expected.
+
+Threads: one ``Policy`` may be used from several threads at once.  Each
+thread gets its own scratch buffers (``Network.fork()`` where the network
+offers it, otherwise calls are serialized by a lock) and its own random
+generator; the recurrent state is the caller's, passed in and returned.
 """
 from __future__ import annotations
 
+import os
+import threading
+
 import numpy as np
 
-from a3c_core.checkpoint import CheckpointError, check_layout, load_checkpoint
-from a3c_core.obs import ObsPipeline
+from a3c_core.checkpoint import CheckpointError, check_layout, layout_of, load_checkpoint, save_checkpoint
+from a3c_core.obs import ObservationError, ObsPipeline  # noqa: F401 (re-exported)
+from a3c_core.sampling import greedy as greedy_action
 from a3c_core.sampling import sample_categorical
 
 
 class Policy:
     """A trained actor-critic: raw observation + recurrent state -> action."""
 
-    def __init__(self, net, pipeline: ObsPipeline, action_names=None, meta=None):
+    def __init__(self, net, pipeline: ObsPipeline, action_names=None, meta=None, path=None):
         self.net = net
         self.pipeline = pipeline
         self.action_names = list(action_names or [])
         self.meta = dict(meta or {})
-        self._obs = np.empty(pipeline.net_obs_shape, dtype=net.dtype)
+        self.path = path
+        self._local = threading.local()
+        self._step_lock = threading.Lock()
+        self._forks = hasattr(net, "fork")
 
+    # ------------------------------------------------------------ loading
     @classmethod
-    def load(cls, path, which="best"):
-        """Load a checkpoint file, or a run directory's ``best`` (else ``latest``) checkpoint."""
-        import os
+    def load(cls, path, which="latest"):
+        """Load a checkpoint file, or a run directory's ``which`` checkpoint.
 
+        For a run directory, ``which`` is ``"latest"`` (default) or ``"best"``;
+        if that file is missing the other one is used.  :attr:`path` says which
+        file was loaded.  Raises :class:`CheckpointError` for a missing, corrupt,
+        non-finite or mismatched checkpoint.
+        """
         from a3c_core.nn.network import network_from_spec
 
+        path = os.fspath(path)
         if os.path.isdir(path):
+            other = {"latest": "best", "best": "latest"}.get(which)
+            if other is None:
+                raise ValueError(f"which must be 'latest' or 'best', got {which!r}")
             cand = os.path.join(path, "checkpoints", f"{which}.npz")
-            path = cand if os.path.exists(cand) else os.path.join(path, "checkpoints", "latest.npz")
+            if not os.path.exists(cand) and os.path.exists(os.path.join(path, "checkpoints", f"{other}.npz")):
+                cand = os.path.join(path, "checkpoints", f"{other}.npz")
+            path = cand
         ckpt = load_checkpoint(path)
         try:
             net = network_from_spec(ckpt.network_spec)
@@ -56,8 +84,38 @@ class Policy:
                 f"checkpoint {ckpt.path}: preprocessing gives {pipeline.net_obs_shape} but the "
                 f"network expects {tuple(net.obs_shape)}"
             )
-        return cls(net, pipeline, env.get("action_names"), ckpt.meta)
+        policy = cls(net, pipeline, env.get("action_names"), ckpt.meta, path=ckpt.path)
+        policy.checkpoint = ckpt
+        return policy
 
+    @classmethod
+    def from_network(cls, net, raw_obs_shape, preprocess_spec=None, *, env_id=None, action_names=None):
+        """A policy around an in-memory network (e.g. to :meth:`save` one for deployment).
+
+        ``preprocess_spec`` defaults to ``{"kind": "vector"}`` for 1-D ``net.obs_shape``
+        and to 84x84 image preprocessing otherwise.
+        """
+        if preprocess_spec is None:
+            preprocess_spec = ({"kind": "vector"} if len(net.obs_shape) == 1 else
+                               {"kind": "image", "out_shape": list(net.obs_shape[1:]), "crop": None})
+        pipeline = ObsPipeline(preprocess_spec, raw_obs_shape)
+        if tuple(pipeline.net_obs_shape) != tuple(net.obs_shape):
+            raise ValueError(f"preprocessing gives {pipeline.net_obs_shape} but the network "
+                             f"expects {tuple(net.obs_shape)}")
+        names = list(action_names or [str(i) for i in range(net.n_actions)])
+        meta = {"env": {"id": env_id, "n_actions": int(net.n_actions), "action_names": names,
+                        "obs_shape": [int(s) for s in raw_obs_shape],
+                        "obs_kind": pipeline.kind, "preprocess": dict(pipeline.spec)},
+                "network": net.spec, "layout": layout_of(net), "preprocess": dict(pipeline.spec)}
+        return cls(net, pipeline, names, meta)
+
+    def save(self, path):
+        """Write this policy as a checkpoint ``Policy.load`` reads (no optimizer state)."""
+        meta = {k: v for k, v in self.meta.items() if k not in ("n_params", "format", "format_version")}
+        meta.update(network=self.net.spec, layout=layout_of(self.net), preprocess=dict(self.pipeline.spec))
+        return save_checkpoint(path, self.net.params, meta)
+
+    # ------------------------------------------------------------ acting
     @property
     def n_actions(self) -> int:
         return self.net.n_actions
@@ -66,23 +124,41 @@ class Policy:
         """Recurrent state for the start of an episode (None for feed-forward nets)."""
         return self.net.initial_state()
 
+    def _scratch(self):
+        """This thread's (network, input buffer, rng)."""
+        loc = self._local
+        try:
+            return loc.net, loc.obs
+        except AttributeError:
+            loc.net = self.net.fork() if self._forks else self.net
+            loc.obs = np.empty(self.pipeline.net_obs_shape, dtype=self.net.dtype)
+            return loc.net, loc.obs
+
     def probs(self, obs, state=None):
-        """(action probabilities, value, new state) for one raw observation."""
+        """(action probabilities ``(A,)`` float32, value float, new state) for one raw observation."""
+        net, buf = self._scratch()
         if state is None:
-            state = self.net.initial_state()
-        x = self.pipeline(obs, self._obs)
-        probs, value, new_state = self.net.step(x, state)
+            state = net.initial_state()
+        x = self.pipeline(obs, buf)
+        if self._forks:
+            probs, value, new_state = net.step(x, state)
+        else:  # one shared set of scratch buffers: one thread at a time
+            with self._step_lock:
+                probs, value, new_state = net.step(x, state)
         return probs, float(value), new_state
 
     def act(self, obs, state=None, *, greedy=False, rng=None):
         """Pick an action for one raw observation: ``(action, new_state)``.
 
         ``greedy=True`` takes the most probable action; otherwise it samples
-        with ``rng`` (a ``numpy.random.Generator``; a fresh default one if None).
+        with ``rng`` (a ``numpy.random.Generator``; if None, this thread's own
+        generator, created on first use).
         """
         probs, _, new_state = self.probs(obs, state)
         if greedy:
-            return int(np.argmax(probs)), new_state
+            return greedy_action(probs), new_state
         if rng is None:
-            rng = self._rng = getattr(self, "_rng", None) or np.random.default_rng()
+            rng = getattr(self._local, "rng", None)
+            if rng is None:
+                rng = self._local.rng = np.random.default_rng()
         return int(sample_categorical(probs, rng.random())), new_state
