@@ -43,7 +43,13 @@ class Env:
       observation into network input: ``{"kind": "image", "out_shape": [84,
       84], "crop": None}`` or ``{"kind": "vector"}``;
     * ``default_network`` (str): ``'doom-lstm'`` for images, ``'mlp-lstm'``
-      for vectors.
+      for vectors (``'atari-lstm'`` for Atari);
+    * ``episode_over`` (bool): True when the *whole* episode (the real game)
+      has ended. It differs from ``terminated`` only for envs that report a
+      life loss as terminal (Atari ``terminal_on_life_loss=True``): there
+      ``terminated`` is True on every lost life and ``episode_over`` only at
+      game over, so callers report whole-game scores. Default: True after any
+      terminated/truncated step, False after :meth:`reset`.
     """
 
     env_id: str
@@ -56,6 +62,7 @@ class Env:
     preprocess_spec: dict
     default_network: str
     render: bool = False
+    episode_over: bool = True
 
     # -- the protocol ------------------------------------------------------
     def reset(self):

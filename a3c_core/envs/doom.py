@@ -139,6 +139,19 @@ def resolve_scenario(name_or_path):
     )
 
 
+def _check_wad_paths(game, env_id, cfg_path):
+    """FileNotFoundError naming the .wad when the cfg's ``doom_scenario_path``
+    (resolved by ViZDoom relative to the cfg) does not exist; the engine
+    itself would only fail later with an unclear RuntimeError."""
+    wad = game.get_doom_scenario_path()
+    if wad and not os.path.isfile(wad):
+        raw = _cfg_value(cfg_path, "doom_scenario_path") or wad
+        raise FileNotFoundError(
+            f"{env_id}: the scenario .wad {raw!r} named by doom_scenario_path in "
+            f"{cfg_path} does not exist (looked for {wad})"
+        )
+
+
 # -- runtime directory ---------------------------------------------------------
 def _engine_path(vizdoom):
     exe = "vizdoom.exe" if sys.platform == "win32" else "vizdoom"
@@ -151,16 +164,27 @@ def _make_private_dir(parent):
     return tempfile.mkdtemp(prefix="doom-", dir=parent)
 
 
+#: Standalone script (run with ``python -I -S``) that puts the engine in its own
+#: session and starts its watchdog before ``exec``-ing it (see ``_engine_guard``).
+ENGINE_GUARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_engine_guard.py")
+
+
 def _write_launcher(work_dir, engine):
-    """Shell launcher that runs the engine with ``work_dir`` as its cwd.
-    Returns its path, or None where it cannot be executed (noexec mount)."""
+    """Shell launcher that runs the engine with ``work_dir`` as its cwd, in its
+    own session (a terminal's Ctrl-C does not reach it) and with a watchdog
+    that SIGKILLs it as soon as this Python process is gone (SIGKILL
+    included; the engine ignores SIGTERM). Returns its path, or None where it
+    cannot be executed (noexec mount)."""
     path = os.path.join(work_dir, "vizdoom-launcher.sh")
+    guard = ""
+    if os.path.isfile(ENGINE_GUARD) and sys.executable:
+        guard = f"{shlex.quote(sys.executable)} -I -S {shlex.quote(ENGINE_GUARD)} {os.getpid()} "
     with open(path, "w") as f:
         f.write(
             "#!/bin/sh\n"
             "# a3c_core: run ViZDoom from its private runtime dir (_vizdoom/ goes here)\n"
             f"cd {shlex.quote(work_dir)} || exit 1\n"
-            f'exec {shlex.quote(engine)} "$@"\n'
+            f'exec {guard}{shlex.quote(engine)} "$@"\n'
         )
     os.chmod(path, 0o700)
     return path if os.access(path, os.X_OK) else None
@@ -235,6 +259,7 @@ class DoomEnv(Env):
 
         game = vzd.DoomGame()
         game.load_config(self.cfg_path)
+        _check_wad_paths(game, self.env_id, self.cfg_path)
         self._configure(vzd, game, episode_timeout, game_args)
         n_buttons = game.get_available_buttons_size()
         if n_buttons == 0:
@@ -312,6 +337,7 @@ class DoomEnv(Env):
     # -- hot loop --------------------------------------------------------------
     def reset(self):
         game = self._game
+        self.episode_over = False
         game.new_episode()
         self._last_obs = self._observe(game.get_state())
         return self._last_obs
@@ -324,6 +350,7 @@ class DoomEnv(Env):
         if game.is_episode_finished():
             # Timeout -> truncated (bootstrapped); death/goal -> terminated.
             truncated = game.is_episode_timeout_reached() and not game.is_player_dead()
+            self.episode_over = True
             if truncated:
                 # The engine has no frame once the episode is over. A time-limit
                 # cut is bootstrapped from V(obs), so return the last frame seen

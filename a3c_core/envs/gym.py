@@ -48,16 +48,42 @@ def close_gym_ids(env_id, n=3):
     return [by_lower[m] for m in matches]
 
 
+def split_module_id(gym_id):
+    """``'module:Env-v0'`` -> ``('module', 'Env-v0')``; a plain id -> ``(None, id)``."""
+    module, sep, name = gym_id.rpartition(":")
+    return (module, name) if sep else (None, gym_id)
+
+
+def import_env_module(gym_id):
+    """Import the module of a ``'module:Env-v0'`` id (it registers its envs, as
+    ``gymnasium.make`` does); returns the bare id. ValueError names a missing module."""
+    import importlib
+
+    module, name = split_module_id(gym_id)
+    if module is None:
+        return gym_id
+    if not module or not name:
+        raise ValueError(f"Malformed Gymnasium id {gym_id!r}: expected 'module:Env-v0'")
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        raise ValueError(
+            f"Gymnasium id {gym_id!r}: cannot import module {module!r} ({exc})"
+        ) from exc
+    return name
+
+
 def check_gym_id(gym_id):
     """ValueError (with close matches) unless ``gym_id`` is a valid registered
     id; ``'module:Env-v0'`` ids import their module first, as in gymnasium."""
     gym = import_gymnasium()
+    name = import_env_module(gym_id)
     try:
-        gym.spec(gym_id)
+        gym.spec(name)
     except gym.error.DependencyNotInstalled as exc:
         raise ImportError(f"gym:{gym_id}: {exc}") from exc
     except (gym.error.Error, ModuleNotFoundError) as exc:  # NameNotFound, Malformed, ...
-        close = close_gym_ids(gym_id.split(":")[-1])
+        close = close_gym_ids(name)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
         raise ValueError(f"Unknown Gymnasium id {gym_id!r}: {exc}{hint}") from exc
 
@@ -155,6 +181,7 @@ class GymEnv(Env):
         return np.asarray(obs, dtype=np.float32).reshape(-1)
 
     def reset(self):
+        self.episode_over = False
         if self._needs_seed:
             self._needs_seed = False
             obs, _ = self._env.reset(seed=self.seed)
@@ -171,6 +198,7 @@ class GymEnv(Env):
             obs, reward, terminated, truncated, _ = self._env.step(a)
             total += float(reward)
             if terminated or truncated:
+                self.episode_over = True
                 break
         return self._convert(obs), total, bool(terminated), bool(truncated)
 
