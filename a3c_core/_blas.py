@@ -1,27 +1,34 @@
-"""Keep BLAS single-threaded inside worker threads.
+"""Keep BLAS single-threaded inside worker threads, for the length of a run.
 
 numpy's OpenBLAS starts one thread per core by default; with several A3C
 worker threads each calling ``np.dot`` the BLAS threads oversubscribe the
-cores (~30 % slower on 2 cores).  Call :func:`limit_blas_threads` once before
-starting workers (the trainer and benchmarks do).
+cores (~30 % slower on 2 cores).  The trainer and the benchmarks run inside
+:func:`blas_threads`, which restores the previous limits on exit, so an
+application that embeds a3c_core gets its BLAS settings back.
 """
-import os
-
-_LIMITER = None
+import contextlib
 
 
-def limit_blas_threads(n=1):
-    """Limit every loaded BLAS/OpenMP pool to ``n`` threads (process-wide).
+@contextlib.contextmanager
+def blas_threads(n=1):
+    """Limit every loaded BLAS pool to ``n`` threads inside the ``with`` block.
 
-    Uses threadpoolctl when available; otherwise sets the usual environment
-    variables, which only take effect for libraries loaded afterwards.
+    Uses threadpoolctl (a dependency); where it is missing this is a no-op.
     """
-    global _LIMITER
-    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
-        os.environ.setdefault(var, str(n))
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - threadpoolctl is a dependency
+        yield None
+        return
+    with threadpool_limits(limits=n, user_api="blas") as limiter:
+        yield limiter
+
+
+def limit_blas_threads(n=1):
+    """Permanent, process-wide limit: for benchmark scripts that own their
+    process.  Library code uses :func:`blas_threads`."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover
         return None
-    _LIMITER = threadpool_limits(limits=n, user_api="blas")
-    return _LIMITER
+    return threadpool_limits(limits=n, user_api="blas")

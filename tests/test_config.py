@@ -7,15 +7,31 @@ def test_defaults_are_the_standard_workload():
     c = Config().validate()
     assert c.env == "doom:basic"
     assert (c.t_max, c.gamma, c.gae_lambda) == (20, 0.99, 1.0)
-    assert (c.value_coef, c.effective_entropy_beta(), c.max_grad_norm) == (0.5, 0.01, 40.0)
+    assert (c.value_coef, c.entropy_beta, c.max_grad_norm) == (0.5, 0.01, 40.0)
     assert c.optimizer == "adam" and c.learning_rate() == pytest.approx(1e-4)
     assert Config(optimizer="rmsprop").learning_rate() == pytest.approx(7e-4)
+    # one source of truth for optimizer defaults: the optimizer classes
+    from a3c_core.core.optim import SGD
+
+    assert Config(optimizer="sgd").learning_rate() == SGD(4).lr
     assert not c.bootstrap_truncated() and Config(env="CartPole-v1").bootstrap_truncated()
     assert (c.rmsprop_alpha, c.rmsprop_eps) == (0.99, 0.1)
-    assert c.effective_reward_scale() == 0.01
-    cp = Config(env="CartPole-v1")
-    assert (cp.effective_reward_scale(), cp.effective_entropy_beta()) == (0.1, 0.001)
-    assert Config(env="CartPole-v1", entropy_beta=0.02).effective_entropy_beta() == 0.02
+    assert c.reward_scale is None  # normalized by the running return std
+    assert c.effective_reward_clip() == 0.0
+    for atari in ("ALE/Pong-v5", "PongNoFrameskip-v4", "gym:BreakoutNoFrameskip-v4"):
+        a = Config(env=atari)
+        assert a.is_atari() and a.effective_reward_clip() == 1.0 and a.bootstrap_truncated()
+    assert not Config(env="CartPole-v1").is_atari()
+
+
+def test_net_kwargs_honour_or_reject_spec_fields():
+    assert Config(hidden="32,16").net_kwargs("mlp-lstm") == {"hidden": (32, 16)}
+    assert Config(lstm_size=128).net_kwargs("doom-lstm") == {"lstm_size": 128}
+    assert Config().net_kwargs("doom-lstm") == {}
+    with pytest.raises(ConfigError, match="'hidden'"):
+        Config(hidden="64").net_kwargs("doom-lstm")
+    with pytest.raises(ConfigError, match="'lstm_size'"):
+        Config(lstm_size=32).net_kwargs("mlp")
 
 
 @pytest.mark.parametrize(
@@ -31,11 +47,32 @@ def test_defaults_are_the_standard_workload():
         ("max_grad_norm", -1.0),
         ("hidden", "64,abc"),
         ("hidden", "0"),
-        ("frame_size", 20),
+        ("hidden", "64,0"),
+        ("frame_size", 4),
+        ("frame_size", 100000),
         ("reward_scale", 0.0),
         ("t_max", 2.5),
+        ("t_max", 100_000_000),
         ("quiet", "yes"),
         ("gamma", float("nan")),
+        ("workers", 1000),
+        ("log_interval", float("inf")),
+        ("reward_scale", float("inf")),
+        ("entropy_beta", float("inf")),
+        ("value_coef", float("inf")),
+        ("max_grad_norm", float("nan")),
+        ("total_seconds", float("-inf")),
+        ("target_reward", float("inf")),
+        ("lr", 2.0),
+        ("seed", -1),
+        ("seed", 2**40),
+        ("noop_max", -1),
+        ("repeat_action_probability", 1.5),
+        ("checkpoint_interval", -5.0),
+        ("reward_window", 0),
+        ("lstm_size", 0),
+        ("env", " "),
+        ("max_skipped_updates", -1),
     ],
 )
 def test_bad_values_name_the_field(field, value):
@@ -84,4 +121,4 @@ def test_shipped_config_files_load():
     for f in files:
         Config.from_toml(str(f))
     assert Config.from_toml(str(root / "doom_basic.toml")) == Config().replace(
-        spec="doom-lstm", reward_scale=0.01, frame_skip=4, lr=1e-4, entropy_beta=0.01)
+        spec="doom-lstm", frame_skip=4, lr=1e-4)

@@ -123,15 +123,15 @@ def test_worker_exception_stops_run_and_checkpoints(tmp_path, monkeypatch):
                  tensorboard=False, checkpoint_interval=0, run_dir=str(tmp_path / "run"))
     trainer = Trainer(cfg)
     calls = {"n": 0}
-    real = trainer._record_episode
+    real = trainer.store.on_episode
 
-    def flaky(wid, ret, length):
+    def flaky(wid, ret, length, index):
         calls["n"] += 1
         if calls["n"] == 3:
             raise RuntimeError("simulated worker crash")
-        return real(wid, ret, length)
+        return real(wid, ret, length, index)
 
-    trainer._record_episode = flaky
+    trainer.store.on_episode = flaky
     with pytest.raises(TrainingError) as ei:
         trainer.run()
     assert "simulated worker crash" in ei.value.worker_tracebacks[0][1]
@@ -202,13 +202,13 @@ def test_workers_are_pinned_and_main_thread_is_not(tmp_path):
     trainer = Trainer(cfg)
     assert os.sched_getaffinity(0) == before  # restored after building worker 0's env
     seen = {}
-    real = trainer._record_episode
+    real = trainer.store.on_episode
 
-    def record(wid, ret, length):
+    def record(wid, ret, length, index):
         seen[wid] = os.sched_getaffinity(0)
-        return real(wid, ret, length)
+        return real(wid, ret, length, index)
 
-    trainer._record_episode = record
+    trainer.store.on_episode = record
     trainer.run()
     cores = sorted(before)
     assert seen and all(mask == {cores[w % len(cores)]} for w, mask in seen.items())

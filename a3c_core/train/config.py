@@ -10,13 +10,40 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
+import re
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
 OPTIMIZERS = ("rmsprop", "adam", "sgd")
-SPECS = ("auto", "doom-lstm", "doom-ff", "mlp-lstm", "mlp")
-DEFAULT_LR = {"rmsprop": 7e-4, "adam": 1e-4, "sgd": 1e-2}
+#: environment id forms that are Atari games (ale-py)
+_ATARI_PREFIXES = ("ALE/", "atari:")
+_ATARI_V4 = re.compile(r"^[A-Z][A-Za-z0-9]*(NoFrameskip|Deterministic)?-v[04]$")
+
+
+def _network_specs():
+    from a3c_core.nn.network import SPECS  # imported late: keeps `a3c --help` light
+
+    return ("auto",) + tuple(SPECS)
+
+
+def _spec_options(spec: str) -> tuple:
+    """Names of the options a network spec accepts (``hidden``, ``lstm_size``, ...)."""
+    from a3c_core.nn import network
+
+    if hasattr(network, "spec_options"):
+        return tuple(network.spec_options(spec))
+    return tuple(network._SPEC_KWARGS[spec])
+
+
+def default_lr(optimizer: str) -> float:
+    """The optimizer's own default learning rate (:mod:`a3c_core.core.optim`)."""
+    import inspect
+
+    from a3c_core.core.optim import OPTIMIZERS as _CLASSES
+
+    return float(inspect.signature(_CLASSES[optimizer]).parameters["lr"].default)
 
 
 class ConfigError(ValueError):
@@ -27,42 +54,73 @@ def _f(default, help, **kw):
     return field(default=default, metadata={"help": help, **kw})
 
 
+# Sane ranges: (low, high) inclusive; a value outside is an error naming the field.
+_RANGES = {
+    "workers": (0, 256),
+    "t_max": (1, 10_000),
+    "lstm_size": (1, 8192),
+    "frame_size": (8, 512),
+    "frame_skip": (1, 64),
+    "noop_max": (0, 1000),
+    "reward_window": (1, 1_000_000),
+    "seed": (0, 2**32 - 1),
+    "lr": (0.0, 1.0),
+    "entropy_beta": (0.0, 10.0),
+    "value_coef": (0.0, 1000.0),
+    "max_grad_norm": (0.0, 1e9),
+    "reward_scale": (0.0, 1e9),
+    "reward_clip": (0.0, 1e9),
+    "total_steps": (0, 10**15),
+    "total_seconds": (0.0, 10 * 365 * 86400.0),
+    "checkpoint_interval": (0.0, 7 * 86400.0),
+    "log_interval": (0.01, 3600.0),
+    "max_skipped_updates": (0, 10**9),
+    "repeat_action_probability": (0.0, 1.0),
+}
+
+
 @dataclass
 class Config:
     """A3C training configuration (defaults: the standard doom:basic workload)."""
 
-    env: str = _f("doom:basic", "environment id: doom:<scenario>, doom:<path.cfg>, gym:<id> or a gymnasium id")
-    spec: str = _f("auto", "network spec: auto (doom-lstm for images, mlp-lstm for vectors), doom-lstm, doom-ff, mlp-lstm, mlp")
-    hidden: str = _f("64,64", "hidden layer sizes of the mlp/mlp-lstm encoders, comma separated")
-    lstm_size: int = _f(64, "LSTM size of mlp-lstm (doom-lstm uses 256)")
-    workers: int = _f(0, "number of worker threads (0 = number of CPU cores)")
-    pin_threads: bool = _f(True, "pin worker i and its ViZDoom engine process to core i mod cores (Linux; +33% steps/s with 1 worker on 2 cores)")
-    t_max: int = _f(20, "rollout length: steps per update (truncated BPTT window)")
-    gamma: float = _f(0.99, "discount factor")
-    gae_lambda: float = _f(1.0, "GAE lambda (1.0 = n-step returns as in the A3C paper)")
-    truncation_bootstrap: Optional[bool] = _f(None, "bootstrap from V(s_T) when an episode is cut by a time limit; default: false for doom (the scenario timeout is part of the task; bootstrapping it drives V to the endless living penalty and stalls learning on doom:basic), true for gymnasium TimeLimit")
+    env: str = _f("doom:basic", "environment id: doom:<scenario>, doom:<path.cfg>, an Atari id (ALE/Pong-v5, PongNoFrameskip-v4), gym:<id> or a gymnasium id (also module:Env-v0)")
+    spec: str = _f("auto", "network spec: auto (the env's default: doom-lstm for images, atari-lstm for Atari, mlp-lstm for vectors) or a spec name")
+    hidden: Optional[str] = _f(None, "hidden layer sizes of the mlp/mlp-lstm encoder, comma separated (default 64,64; rejected for image specs)")
+    lstm_size: Optional[int] = _f(None, "LSTM size (default: the spec's, 256 for doom-lstm/atari-lstm, 64 for mlp-lstm)")
+    workers: int = _f(0, "number of worker threads, 0-256 (0 = number of CPU cores)")
+    pin_threads: bool = _f(True, "pin worker i and its ViZDoom engine process to core i mod cores (Linux; +33 percent steps/s with 1 worker on 2 cores)")
+    t_max: int = _f(20, "rollout length: steps per update (truncated BPTT window), 1-10000")
+    gamma: float = _f(0.99, "discount factor, in [0, 1]")
+    gae_lambda: float = _f(1.0, "GAE lambda, in [0, 1] (1.0 = n-step returns as in the A3C paper)")
+    truncation_bootstrap: Optional[bool] = _f(None, "bootstrap from V(s_T) when an episode is cut by a time limit (default: false for doom, where the scenario timeout is part of the task and bootstrapping it drives V to the endless living penalty; true for gymnasium/Atari time limits)")
     optimizer: str = _f("adam", "shared optimizer: adam (shared moments and step; learns doom:basic fastest here), rmsprop (A3C paper, shared statistics) or sgd")
-    lr: float = _f(0.0, "learning rate (0 = optimizer default: rmsprop 7e-4, adam 1e-4, sgd 1e-2)")
+    lr: float = _f(0.0, "learning rate, in [0, 1] (0 = the optimizer's default: rmsprop 7e-4, adam 1e-4, sgd 1e-3)")
     lr_anneal: bool = _f(False, "anneal the learning rate linearly to 0 over total_steps (rmsprop)")
-    rmsprop_alpha: float = _f(0.99, "RMSProp decay of the shared squared-gradient statistics")
-    rmsprop_eps: float = _f(0.1, "RMSProp epsilon (inside the square root, as in the paper)")
-    adam_beta1: float = _f(0.9, "Adam beta1")
-    adam_beta2: float = _f(0.999, "Adam beta2")
-    adam_eps: float = _f(1e-8, "Adam epsilon")
-    entropy_beta: Optional[float] = _f(None, "entropy bonus coefficient (default 0.01 for doom, 0.001 otherwise)")
-    value_coef: float = _f(0.5, "value-loss coefficient")
+    rmsprop_alpha: float = _f(0.99, "RMSProp decay of the shared squared-gradient statistics, in [0, 1)")
+    rmsprop_eps: float = _f(0.1, "RMSProp epsilon (inside the square root, as in the paper), > 0")
+    adam_beta1: float = _f(0.9, "Adam beta1, in [0, 1)")
+    adam_beta2: float = _f(0.999, "Adam beta2, in [0, 1)")
+    adam_eps: float = _f(1e-8, "Adam epsilon, > 0")
+    entropy_beta: float = _f(0.01, "entropy bonus coefficient, in [0, 10] (rewards are normalized by default, so one value fits every env)")
+    value_coef: float = _f(0.5, "value-loss coefficient, in [0, 1000]")
     max_grad_norm: float = _f(40.0, "global gradient-norm clip (0 = no clipping)")
+    reward_scale: Optional[float] = _f(None, "multiply rewards by this fixed factor for learning (default: normalize them by the running standard deviation of the discounted return; see a3c_core.core.normalize)")
+    reward_clip: Optional[float] = _f(None, "clip raw rewards to [-reward_clip, reward_clip] for learning, before scaling; raw rewards are still reported (default 1 for Atari, 0 = off otherwise)")
     total_steps: int = _f(300_000, "stop after this many agent steps in total (0 = no limit)")
     total_seconds: float = _f(0.0, "stop after this many seconds of training wall-clock (0 = no limit)")
-    target_reward: Optional[float] = _f(None, "stop once the moving-average raw episode reward reaches this (optional)")
-    reward_window: int = _f(100, "episodes in the moving average of raw reward")
-    seed: int = _f(0, "random seed (worker i uses seed + i for its env and action sampling)")
-    reward_scale: Optional[float] = _f(None, "multiply rewards by this for learning (default 0.01 for doom, 0.1 otherwise)")
-    frame_skip: Optional[int] = _f(None, "frames per action (default 4 for doom, 1 for gymnasium)")
-    frame_size: int = _f(84, "image observations are resized to frame_size x frame_size")
-    run_dir: str = _f("", "run directory (default runs/<env>-<spec>-s<seed>-<timestamp>)")
-    checkpoint_interval: float = _f(60.0, "seconds between 'latest' checkpoints (0 = only at the end)")
-    log_interval: float = _f(1.0, "seconds between progress lines and scalar logs")
+    target_reward: Optional[float] = _f(None, "stop once the moving-average raw episode reward (reward_window episodes) reaches this (optional)")
+    reward_window: int = _f(100, "episodes in the short moving average of raw reward (progress line, target_reward); the long average uses 10x as many")
+    seed: int = _f(0, "random seed: worker i's env and action sampling are seeded from (seed, i, resume count)")
+    frame_skip: Optional[int] = _f(None, "frames per action, 1-64 (default 4 for doom and Atari, 1 for other gymnasium envs)")
+    frame_size: Optional[int] = _f(None, "image observations are resized to frame_size x frame_size (default: the network's input, 84 for doom-lstm, 42 for atari-lstm)")
+    noop_max: int = _f(30, "Atari: up to this many no-op actions at the start of an episode (0 = off)")
+    terminal_on_life_loss: bool = _f(False, "Atari: a lost life ends the episode for learning (scores still count whole games)")
+    repeat_action_probability: Optional[float] = _f(None, "Atari: sticky-action probability (default: the id's, 0.25 for -v5, 0 for NoFrameskip-v4)")
+    env_process: Optional[bool] = _f(None, "run each worker's env in a child process, so envs that hold the GIL (Atari) step in parallel (default: on for Atari, off otherwise)")
+    run_dir: str = _f("", "run directory (default runs/<env>[-<spec>]-s<seed>-<YYYYmmdd-HHMMSS>)")
+    checkpoint_interval: float = _f(60.0, "seconds between 'latest' checkpoints; the first is written after the first update (0 = only at the end)")
+    log_interval: float = _f(1.0, "seconds between scalar logs and, at a terminal, progress-line updates; piped output gets a line every max(10, log_interval) seconds")
+    max_skipped_updates: int = _f(100, "stop with an error after this many updates in a row are skipped for non-finite gradients (0 = never)")
     tensorboard: bool = _f(True, "also write TensorBoard scalars when tensorboardX is installed")
     quiet: bool = _f(False, "no live progress line")
 
@@ -71,7 +129,7 @@ class Config:
         return self.workers if self.workers > 0 else (os.cpu_count() or 1)
 
     def learning_rate(self) -> float:
-        return self.lr if self.lr > 0 else DEFAULT_LR[self.optimizer]
+        return self.lr if self.lr > 0 else default_lr(self.optimizer)
 
     def hidden_sizes(self) -> tuple:
         return tuple(int(h) for h in str(self.hidden).split(",") if h.strip())
@@ -79,23 +137,50 @@ class Config:
     def is_doom(self) -> bool:
         return self.env.startswith("doom:")
 
+    def is_atari(self) -> bool:
+        e = self.env
+        return e.startswith(_ATARI_PREFIXES) or bool(_ATARI_V4.match(e.removeprefix("gym:")))
+
     def bootstrap_truncated(self) -> bool:
         if self.truncation_bootstrap is not None:
             return bool(self.truncation_bootstrap)
         return not self.is_doom()
 
-    def effective_reward_scale(self) -> float:
-        if self.reward_scale is not None:
-            return float(self.reward_scale)
-        return 0.01 if self.is_doom() else 0.1
+    def effective_reward_clip(self) -> float:
+        if self.reward_clip is not None:
+            return float(self.reward_clip)
+        return 1.0 if self.is_atari() else 0.0
 
-    def effective_entropy_beta(self) -> float:
-        """Per env family, by measurement: doom:basic learns with 0.01 (the
-        standard workload); on CartPole-v1 0.01 keeps the policy too random
-        (plateau at 420-456) while 0.001 reaches 475 in ~10 s."""
-        if self.entropy_beta is not None:
-            return float(self.entropy_beta)
-        return 0.01 if self.is_doom() else 0.001
+    def env_kwargs(self) -> dict:
+        """Adapter options for :func:`a3c_core.envs.make_env`."""
+        kw = {}
+        if self.env_process is not None:
+            kw["env_process"] = self.env_process
+        if self.is_atari():
+            kw["noop_max"] = self.noop_max
+            kw["terminal_on_life_loss"] = self.terminal_on_life_loss
+            if self.repeat_action_probability is not None:
+                kw["repeat_action_probability"] = self.repeat_action_probability
+        return kw
+
+    def net_kwargs(self, spec: str) -> dict:
+        """Spec options set by the config (unset fields keep the spec's defaults).
+
+        Raises :class:`ConfigError` when a set field does not apply to ``spec``.
+        """
+        opts = _spec_options(spec)
+        kw = {}
+        if self.hidden is not None:
+            if "hidden" not in opts:
+                raise ConfigError(f"config field 'hidden' = {self.hidden!r}: spec {spec!r} has no "
+                                  "hidden layers to size (only the mlp specs do)")
+            kw["hidden"] = self.hidden_sizes()
+        if self.lstm_size is not None:
+            if "lstm_size" not in opts:
+                raise ConfigError(f"config field 'lstm_size' = {self.lstm_size!r}: spec {spec!r} "
+                                  "has no LSTM")
+            kw["lstm_size"] = self.lstm_size
+        return kw
 
     # -- validation -------------------------------------------------------
     def validate(self) -> "Config":
@@ -117,34 +202,32 @@ class Config:
                 bad(f.name, "must be an integer")
             if want is float and (isinstance(v, bool) or not isinstance(v, (int, float))):
                 bad(f.name, "must be a number")
-            if want is float and v != v:
-                bad(f.name, "must not be NaN")
+            if want is float and not math.isfinite(v):
+                bad(f.name, "must be a finite number")
             if want is str and not isinstance(v, str):
                 bad(f.name, "must be a string")
+            if f.name in _RANGES:
+                lo, hi = _RANGES[f.name]
+                if not lo <= v <= hi:
+                    bad(f.name, f"must be in [{lo}, {hi}]")
         if not self.env.strip():
             bad("env", "must name an environment")
-        if self.spec not in SPECS:
-            bad("spec", f"unknown network spec; choose one of {', '.join(SPECS)}")
-        try:
-            hs = self.hidden_sizes()
-        except ValueError:
-            bad("hidden", "must be comma-separated positive integers, e.g. 64,64")
-        if not hs or min(hs) <= 0:
-            bad("hidden", "must be comma-separated positive integers, e.g. 64,64")
-        if self.lstm_size <= 0:
-            bad("lstm_size", "must be > 0")
-        if self.workers < 0:
-            bad("workers", "must be >= 0 (0 = number of cores)")
-        if self.t_max < 1:
-            bad("t_max", "must be >= 1")
+        specs = _network_specs()
+        if self.spec not in specs:
+            bad("spec", f"unknown network spec; choose one of {', '.join(specs)}")
+        if self.hidden is not None:
+            try:
+                hs = self.hidden_sizes()
+            except ValueError:
+                hs = ()
+            if not hs or min(hs) <= 0 or max(hs) > 65536:
+                bad("hidden", "must be comma-separated integers in [1, 65536], e.g. 64,64")
         if not 0.0 <= self.gamma <= 1.0:
             bad("gamma", "must be in [0, 1]")
         if not 0.0 <= self.gae_lambda <= 1.0:
             bad("gae_lambda", "must be in [0, 1]")
         if self.optimizer not in OPTIMIZERS:
             bad("optimizer", f"unknown optimizer; choose one of {', '.join(OPTIMIZERS)}")
-        if self.lr < 0:
-            bad("lr", "must be >= 0 (0 = optimizer default)")
         if not 0.0 <= self.rmsprop_alpha < 1.0:
             bad("rmsprop_alpha", "must be in [0, 1)")
         if self.rmsprop_eps <= 0:
@@ -155,32 +238,10 @@ class Config:
             bad("adam_beta2", "must be in [0, 1)")
         if self.adam_eps <= 0:
             bad("adam_eps", "must be > 0")
-        if self.entropy_beta is not None and self.entropy_beta < 0:
-            bad("entropy_beta", "must be >= 0")
-        if self.value_coef < 0:
-            bad("value_coef", "must be >= 0")
-        if self.max_grad_norm < 0:
-            bad("max_grad_norm", "must be >= 0 (0 = no clipping)")
-        if self.total_steps < 0:
-            bad("total_steps", "must be >= 0 (0 = no limit)")
-        if self.total_seconds < 0:
-            bad("total_seconds", "must be >= 0 (0 = no limit)")
         if self.lr_anneal and self.total_steps == 0:
             bad("lr_anneal", "needs total_steps > 0 to anneal over")
-        if self.reward_window < 1:
-            bad("reward_window", "must be >= 1")
-        if self.seed < 0:
-            bad("seed", "must be >= 0")
         if self.reward_scale is not None and not self.reward_scale > 0:
             bad("reward_scale", "must be > 0")
-        if self.frame_skip is not None and self.frame_skip < 1:
-            bad("frame_skip", "must be >= 1")
-        if self.frame_size < 36:
-            bad("frame_size", "must be >= 36 (the conv stack needs at least 36x36)")
-        if self.checkpoint_interval < 0:
-            bad("checkpoint_interval", "must be >= 0")
-        if self.log_interval <= 0:
-            bad("log_interval", "must be > 0")
         return self
 
     # -- (de)serialisation ----------------------------------------------------

@@ -2,12 +2,19 @@
 
 Scalar names follow one scheme (as CleanRL): ``charts/episodic_return``,
 ``charts/episodic_length``, ``charts/sps``, ``charts/learning_rate``,
+``charts/moving_avg_return`` (short window), ``charts/long_avg_return`` (long
+window), ``charts/reward_scale`` (when rewards are normalized),
 ``losses/policy_loss``, ``losses/value_loss``, ``losses/entropy``,
-``losses/grad_norm``.
+``losses/grad_norm``, ``losses/skipped_updates``.
 
 * ``metrics.csv``: ``wall_time,step,name,value`` (one row per scalar);
 * ``episodes.csv``: ``episode,wall_time,step,worker,return,length`` with raw
   (unscaled) episode returns.
+
+On resume (``resume_at=(steps, episodes)`` of the checkpoint) both files are
+first cut back to what the checkpoint covers: rows written after it (the
+run went on, then was killed) and a torn last line are dropped, so the
+resumed run continues the counters without duplicates.
 """
 from __future__ import annotations
 
@@ -16,27 +23,65 @@ import os
 import sys
 import threading
 
+METRICS_HEADER = ["wall_time", "step", "name", "value"]
+EPISODES_HEADER = ["episode", "wall_time", "step", "worker", "return", "length"]
+
+
+def _truncate_csv(path, header, keep):
+    """Rewrite ``path`` keeping the header and the complete rows for which
+    ``keep(row_dict)`` is true (atomically: temp file + rename)."""
+    if not os.path.exists(path):
+        return
+    with open(path, newline="") as fh:
+        text = fh.read()
+    lines = text.split("\n")
+    if lines and lines[-1] != "":  # no final newline: the last line is torn
+        lines = lines[:-1]
+    kept = []
+    for row in csv.reader(lines[1:]):
+        if len(row) != len(header):
+            continue
+        try:
+            if keep(dict(zip(header, row))):
+                kept.append(row)
+        except ValueError:  # an unparsable (torn) row
+            continue
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(kept)
+    os.replace(tmp, path)
+
 
 class MetricsLogger:
-    def __init__(self, run_dir: str, tensorboard: bool = True, notice=sys.stderr):
+    def __init__(self, run_dir: str, tensorboard: bool = True, notice=sys.stderr, resume_at=None):
         self.run_dir = run_dir
         self._lock = threading.Lock()
-        new_m = not os.path.exists(os.path.join(run_dir, "metrics.csv"))
-        new_e = not os.path.exists(os.path.join(run_dir, "episodes.csv"))
-        self._mf = open(os.path.join(run_dir, "metrics.csv"), "a", newline="")
-        self._ef = open(os.path.join(run_dir, "episodes.csv"), "a", newline="")
+        m_path = os.path.join(run_dir, "metrics.csv")
+        e_path = os.path.join(run_dir, "episodes.csv")
+        if resume_at is not None:
+            steps, episodes = int(resume_at[0]), int(resume_at[1])
+            _truncate_csv(m_path, METRICS_HEADER, lambda r: int(r["step"]) <= steps)
+            _truncate_csv(e_path, EPISODES_HEADER, lambda r: int(r["episode"]) <= episodes)
+        new_m = not os.path.exists(m_path)
+        new_e = not os.path.exists(e_path)
+        self._mf = open(m_path, "a", newline="")
+        self._ef = open(e_path, "a", newline="")
         self._m = csv.writer(self._mf)
         self._e = csv.writer(self._ef)
         if new_m:
-            self._m.writerow(["wall_time", "step", "name", "value"])
+            self._m.writerow(METRICS_HEADER)
         if new_e:
-            self._e.writerow(["episode", "wall_time", "step", "worker", "return", "length"])
+            self._e.writerow(EPISODES_HEADER)
         self._tb = None
         if tensorboard:
             try:
                 from tensorboardX import SummaryWriter
 
-                self._tb = SummaryWriter(os.path.join(run_dir, "tb"))
+                # on resume, TensorBoard drops events past the checkpoint's step
+                purge = None if resume_at is None else int(resume_at[0]) + 1
+                self._tb = SummaryWriter(os.path.join(run_dir, "tb"), purge_step=purge)
             except ImportError:
                 if notice is not None:
                     print(
@@ -49,7 +94,7 @@ class MetricsLogger:
         with self._lock:
             self._m.writerow([f"{wall_time:.3f}", step, name, f"{float(value):.6g}"])
             if self._tb is not None:
-                self._tb.add_scalar(name, float(value), step, walltime=None)
+                self._tb.add_scalar(name, float(value), step)
 
     def episode(self, index, wall_time, step, worker, ret, length) -> None:
         with self._lock:
@@ -68,6 +113,8 @@ class MetricsLogger:
                 self._tb.flush()
 
     def close(self) -> None:
+        if self._mf.closed:
+            return
         self.flush()
         with self._lock:
             self._mf.close()

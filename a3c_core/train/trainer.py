@@ -1,21 +1,27 @@
 """A3C training: N worker threads, one shared parameter vector, Hogwild updates.
 
-Each worker owns its environment, RNG, local network (parameters + gradient
-buffer + LSTM state) and rollout buffers.  Per rollout it
+Each worker thread runs a :class:`~a3c_core.train.worker.Worker` (its own env,
+RNG, local network and rollout buffers) against a
+:class:`~a3c_core.train.worker.ThreadStore`: pull the shared parameters, play
+up to ``t_max`` steps, bootstrap (not after a terminal state; after a time-limit
+truncation only when ``truncation_bootstrap``, which is off for doom by
+default), returns + GAE, ``loss_and_grad``, clip and apply to the shared
+parameters and optimizer statistics without a lock (Hogwild).
 
-1. copies the shared parameters into its local ones (``sync_params``, no GIL);
-2. plays up to ``t_max`` steps: preprocess (Cython) -> ``net.step`` (Numba)
-   -> sample -> ``env.step`` (ViZDoom releases the GIL);
-3. bootstraps from V(s_T) unless the episode terminated (a time-limit
-   truncation *is* bootstrapped), computes returns and GAE advantages (Cython);
-4. ``net.loss_and_grad`` over the rollout (BPTT from the rollout's initial LSTM
-   state), then clips and applies the gradient to the *shared* parameters and
-   optimizer statistics without a lock (Hogwild).
+The main thread only watches: progress lines, metrics, checkpoints, stop
+conditions, signals (SIGINT and SIGTERM stop the run cleanly with a final
+checkpoint) and worker failures.  With one worker and a fixed seed a run is
+deterministic; with several, Hogwild makes it nondeterministic by design (see
+:mod:`a3c_core.core.optim`).
 
-The main thread only watches: progress line, metrics, checkpoints, stop
-conditions, Ctrl-C and worker failures.  With one worker and a fixed seed a
-run is deterministic; with several, Hogwild makes it nondeterministic by
-design (see :mod:`a3c_core.core.optim`).
+Reward averages: ``avg<reward_window>`` (default 100 episodes) drives the
+progress line and ``target_reward``; the long average over ``10 x
+reward_window`` episodes (1,000 by default) is what a run reports as its
+result.  At hundreds of episodes per second a 100-episode average spans less
+than a second of training; 1,000 episodes is a window that means something.
+``best.npz`` holds the parameters at the best long average, considered only
+once ``reward_window`` episodes have finished (the long average then covers
+every episode so far, up to its full window).
 """
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ import collections
 import json
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -34,53 +41,76 @@ from a3c_core.checkpoint import (
     CheckpointError,
     check_layout,
     layout_of,
-    load_checkpoint,
     save_checkpoint,
 )
 from a3c_core.obs import ObsPipeline
-from a3c_core.sampling import sample_categorical
 from a3c_core.train.config import Config, ConfigError
 from a3c_core.train.logger import MetricsLogger
+from a3c_core.train.worker import RolloutSettings, ThreadStore, Worker
+
+#: the long reward average covers this many times ``reward_window`` episodes
+LONG_WINDOW_FACTOR = 10
+#: exit status of a run stopped by a signal: 128 + signal number (shell convention)
+SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
 
 
 class TrainingError(RuntimeError):
-    """A worker failed; ``worker_tracebacks`` holds what it raised."""
+    """A worker failed (or the run diverged); ``worker_tracebacks`` holds what was raised."""
 
     def __init__(self, msg, worker_tracebacks=()):
         super().__init__(msg)
         self.worker_tracebacks = list(worker_tracebacks)
 
 
+class StopSignal(KeyboardInterrupt):
+    """Raised in the main thread by SIGTERM (SIGINT raises KeyboardInterrupt)."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.name = name
+
+
 class TrainResult:
-    def __init__(self, run_dir, status, steps, episodes, seconds, moving_avg, checkpoint):
+    """What a finished run reports (also written to ``summary.json``)."""
+
+    def __init__(self, run_dir, status, steps, episodes, seconds, moving_avg, checkpoint, *,
+                 long_avg=None, best_avg=None, best_step=None, best_checkpoint=None,
+                 skipped_updates=0, signal=None, avg_window=100, long_window=0):
         self.run_dir = run_dir
         self.status = status  # "done", "interrupted" or "failed"
         self.steps = steps
         self.episodes = episodes
         self.seconds = seconds
-        self.moving_avg = moving_avg
-        self.checkpoint = checkpoint
+        self.moving_avg = moving_avg        # short window (reward_window episodes)
+        self.long_avg = long_avg            # long window (10 x reward_window)
+        self.best_avg = best_avg            # best long average (held by best.npz)
+        self.best_step = best_step
+        self.checkpoint = checkpoint        # latest.npz: the final parameters
+        self.best_checkpoint = best_checkpoint
+        self.skipped_updates = skipped_updates
+        self.signal = signal
+        self.avg_window = avg_window        # episodes in moving_avg
+        self.long_window = long_window      # episodes in long_avg
+
+    @property
+    def exit_code(self) -> int:
+        if self.status == "interrupted":
+            return SIGNAL_EXIT.get(self.signal, 130)
+        return 0 if self.status == "done" else 1
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in vars(self).items()}
 
     def __repr__(self):
-        return (
-            f"TrainResult(status={self.status!r}, steps={self.steps}, episodes={self.episodes}, "
-            f"seconds={self.seconds:.1f}, moving_avg={self.moving_avg}, run_dir={self.run_dir!r})"
-        )
+        return (f"TrainResult(status={self.status!r}, steps={self.steps}, episodes={self.episodes}, "
+                f"seconds={self.seconds:.1f}, moving_avg={self.moving_avg}, "
+                f"long_avg={self.long_avg}, best_avg={self.best_avg}, run_dir={self.run_dir!r})")
 
 
 def network_spec_for(cfg: Config, env) -> str:
     if cfg.spec != "auto":
         return cfg.spec
     return env.default_network
-
-
-def _net_kwargs(cfg: Config, spec: str) -> dict:
-    if spec.startswith("mlp"):
-        kw = {"hidden": cfg.hidden_sizes()}
-        if spec == "mlp-lstm":
-            kw["lstm_size"] = cfg.lstm_size
-        return kw
-    return {}
 
 
 def _allowed_cores():
@@ -106,33 +136,71 @@ def _default_run_dir(cfg: Config) -> str:
     return os.path.join("runs", f"{env}{spec}-s{cfg.seed}-{stamp}")
 
 
+def _seed_of(*keys) -> int:
+    """A 31-bit seed derived from ``keys`` (no arithmetic collisions between runs)."""
+    return int(np.random.SeedSequence(list(keys)).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+class RewardWindows:
+    """Raw episode returns: short and long moving averages (thread-safe)."""
+
+    def __init__(self, short, long):
+        self.short = int(short)
+        self._ret = collections.deque(maxlen=int(long))
+        self._lock = threading.Lock()
+
+    def add(self, ret):
+        with self._lock:
+            self._ret.append(float(ret))
+
+    def __len__(self):
+        return len(self._ret)
+
+    def averages(self):
+        """``(short avg or None, long avg or None, episodes in the window)``."""
+        with self._lock:
+            if not self._ret:
+                return None, None, 0
+            arr = np.fromiter(self._ret, np.float64, len(self._ret))
+        return float(arr[-self.short:].mean()), float(arr.mean()), arr.size
+
+
 class Trainer:
-    """Owns one training run. Use :func:`train` for the one-call version."""
+    """Owns one training run; use as a context manager or call :meth:`close`.
+
+    :func:`train` is the one-call version.  ``run()`` may be called once.
+    """
 
     def __init__(self, cfg: Config, *, resume: str | None = None, out=None):
-        from a3c_core._blas import limit_blas_threads
+        from a3c_core import checkpoint as _ck
         from a3c_core.core import SharedState, make_optimizer
+        from a3c_core.core.normalize import ReturnNormalizer
         from a3c_core.envs import make_env
         from a3c_core.nn.network import build_network
 
         self.out = out if out is not None else sys.stdout
-        self.cfg = cfg.validate()
+        self.cfg = cfg = cfg.validate()
         self._make_env = make_env
         self._build_network = build_network
-        limit_blas_threads(1)
+        self._envs = []
+        self.logger = None
+        self.t_start = None
+        self.resume_note = None
 
         ckpt = None
         if resume is not None:
             if not os.path.isdir(resume):
                 raise CheckpointError(f"--resume: run directory not found: {resume}")
-            ckpt = load_checkpoint(resume, "latest")  # validates before anything is written
+            ckpt = _ck.find_resume_checkpoint(resume)  # validates before anything is written
+            self.resume_note = f"resuming from {ckpt.path} (step {ckpt.meta.get('counters', {}).get('steps', 0):,})"
             self.run_dir = resume
         self.n_workers = cfg.n_workers()
         self.resumes = int(ckpt.meta.get("counters", {}).get("resumes", -1)) + 1 if ckpt else 0
 
         if resume is None:
             self.run_dir = cfg.run_dir or _default_run_dir(cfg)
-            if os.path.exists(os.path.join(self.run_dir, "checkpoints", "latest.npz")):
+            ck_dir = os.path.join(self.run_dir, "checkpoints")
+            if any(os.path.exists(os.path.join(ck_dir, f"{w}.npz")) for w in ("latest", "best")):
                 raise ConfigError(
                     f"config field 'run_dir' = {self.run_dir!r}: it already holds a run; "
                     "use --resume to continue it or choose another --run-dir"
@@ -142,49 +210,12 @@ class Trainer:
         # while the engine renders, so the core never idles and its caches stay
         # warm (measured: 1 worker on 2 cores 1,040 -> 1,476 steps/s).
         self._cores = _allowed_cores() if cfg.pin_threads else []
-        # Build worker 0's env here so an unknown env id fails before any file is written.
         self._envs = [None] * self.n_workers
-        main_mask = self._cores and set(self._cores)
-        if self._cores:
-            _pin_thread({self._cores[0]})
         try:
-            first_env = make_env(
-                cfg.env,
-                seed=self._env_seed(0),
-                frame_skip=cfg.frame_skip,
-                runtime_dir=os.path.join(self.run_dir, "vizdoom"),
-                **self._env_kwargs(),
-            )
-        finally:
-            if self._cores:
-                _pin_thread(main_mask)
-        try:
-            self._envs[0] = first_env
-            self.spec_name = network_spec_for(cfg, first_env)
-            self.pipeline_spec = dict(first_env.preprocess_spec)
-            if self.pipeline_spec.get("kind") == "image":
-                self.pipeline_spec["out_shape"] = [cfg.frame_size, cfg.frame_size]
-            pipe = ObsPipeline(self.pipeline_spec, first_env.obs_shape)
-            self.net_kwargs = _net_kwargs(cfg, self.spec_name)
-            net = build_network(
-                self.spec_name, pipe.net_obs_shape, first_env.n_actions, seed=cfg.seed, **self.net_kwargs
-            )
-            self.net_spec = net.spec
-            self.layout = layout_of(net)
-            self.env_spec = first_env.spec()
-            opt = make_optimizer(cfg.optimizer, net.n_params, **self._opt_kwargs())
-            self.shared = SharedState(net.params, opt)
-            self.wall_offset = 0.0
-            if ckpt is not None:
-                check_layout(ckpt, net)
-                if ckpt.env_spec.get("id", cfg.env) != first_env.spec().get("id"):
-                    raise CheckpointError(
-                        f"checkpoint {ckpt.path} was trained on {ckpt.env_spec.get('id')!r}, "
-                        f"not {first_env.spec().get('id')!r}"
-                    )
-                self._restore(ckpt)
+            self._envs[0] = self._new_env(0, main_thread=True)  # unknown ids fail before any file is written
+            self._setup(ckpt, SharedState, make_optimizer, ReturnNormalizer)
         except BaseException:
-            first_env.close()  # no engine process left behind by a refused start
+            self.close()  # no engine process left behind by a refused start
             raise
 
         os.makedirs(os.path.join(self.run_dir, "checkpoints"), exist_ok=True)
@@ -193,21 +224,63 @@ class Trainer:
 
         self.stop_event = threading.Event()
         self.errors = []  # (worker id, traceback text)
-        self.episodes = collections.deque(maxlen=cfg.reward_window)
-        self._episode_lock = threading.Lock()
-        self.worker_stats = [None] * self.n_workers
-        self.best_avg = -np.inf if ckpt is None else ckpt.meta.get("best_moving_avg", -np.inf)
-        if self.best_avg is None:
-            self.best_avg = -np.inf
-        self.logger = None
-        self.t_start = None
+        self.rewards = RewardWindows(cfg.reward_window, LONG_WINDOW_FACTOR * cfg.reward_window)
+        self.workers = [None] * self.n_workers
+        meta = ckpt.meta if ckpt is not None else {}
+        self.best_avg = meta.get("best_long_avg")
+        self.best_avg = -np.inf if self.best_avg is None else float(self.best_avg)
+        self.best_step = meta.get("best_step")
+        self.stop_reason = None
 
     # -- setup helpers ---------------------------------------------------
     def _env_seed(self, wid):
-        return self.cfg.seed + wid + 7919 * self.resumes
+        return _seed_of(self.cfg.seed, wid, self.resumes)
 
-    def _env_kwargs(self):
-        return {}
+    def _new_env(self, wid, main_thread=False):
+        cfg = self.cfg
+        if main_thread and self._cores:
+            mask = set(self._cores)
+            _pin_thread({self._cores[0]})
+        try:
+            return self._make_env(cfg.env, seed=self._env_seed(wid), frame_skip=cfg.frame_skip,
+                                  runtime_dir=os.path.join(self.run_dir, "vizdoom"),
+                                  **cfg.env_kwargs())
+        finally:
+            if main_thread and self._cores:
+                _pin_thread(mask)
+
+    def _setup(self, ckpt, SharedState, make_optimizer, ReturnNormalizer):
+        cfg = self.cfg
+        env = self._envs[0]
+        self.spec_name = network_spec_for(cfg, env)
+        self.pipeline_spec = dict(env.preprocess_spec)
+        if self.pipeline_spec.get("kind") == "image" and cfg.frame_size is not None:
+            self.pipeline_spec["out_shape"] = [cfg.frame_size, cfg.frame_size]
+        pipe = ObsPipeline(self.pipeline_spec, env.obs_shape)
+        self.net_kwargs = cfg.net_kwargs(self.spec_name)
+        try:
+            net = self._build_network(self.spec_name, pipe.net_obs_shape, env.n_actions,
+                                      seed=cfg.seed, **self.net_kwargs)
+        except ValueError as e:
+            field = "frame_size" if self.pipeline_spec.get("kind") == "image" else "spec"
+            raise ConfigError(f"config field '{field}' = {getattr(cfg, field)!r}: {e}") from None
+        self.net_spec = net.spec
+        self.layout = layout_of(net)
+        # one preprocessing spec, stored once: the env spec records the pipeline used
+        self.env_spec = dict(env.spec(), preprocess=dict(self.pipeline_spec))
+        opt = make_optimizer(cfg.optimizer, net.n_params, **self._opt_kwargs())
+        self.shared = SharedState(net.params, opt)
+        self.normalizer = None if cfg.reward_scale is not None else ReturnNormalizer(cfg.gamma)
+        self.store = ThreadStore(self.shared, self.normalizer, self._on_episode)
+        self.wall_offset = 0.0
+        if ckpt is not None:
+            check_layout(ckpt, net)
+            if ckpt.env_spec.get("id", cfg.env) != self.env_spec.get("id"):
+                raise CheckpointError(
+                    f"checkpoint {ckpt.path} was trained on {ckpt.env_spec.get('id')!r}, "
+                    f"not {self.env_spec.get('id')!r}"
+                )
+            self._restore(ckpt)
 
     def _opt_kwargs(self):
         c = self.cfg
@@ -218,6 +291,14 @@ class Trainer:
         if c.optimizer == "adam":
             return dict(lr=lr, beta1=c.adam_beta1, beta2=c.adam_beta2, eps=c.adam_eps)
         return dict(lr=lr)
+
+    def _settings(self) -> RolloutSettings:
+        c = self.cfg
+        return RolloutSettings(
+            t_max=c.t_max, gamma=c.gamma, gae_lambda=c.gae_lambda, value_coef=c.value_coef,
+            entropy_beta=c.entropy_beta, max_grad_norm=c.max_grad_norm,
+            reward_scale=c.reward_scale, reward_clip=c.effective_reward_clip(),
+            bootstrap_truncated=c.bootstrap_truncated())
 
     def _restore(self, ckpt):
         if ckpt.meta.get("optimizer") != self.cfg.optimizer:
@@ -238,27 +319,31 @@ class Trainer:
                 "optimizer": opt_state,
                 "counters": {k: counters.get(k, 0) for k in type(self.shared)._COUNTERS},
             })
+            norm_state = ckpt.meta.get("reward_normalizer")
+            if self.normalizer is not None and norm_state is not None:
+                self.normalizer.load_state_dict(norm_state)
         except (ValueError, TypeError) as e:
             raise CheckpointError(f"checkpoint {ckpt.path} cannot be resumed: {e}") from None
         self.wall_offset = float(counters.get("wall_seconds", 0.0))
+        self._resume_counters = (int(counters.get("steps", 0)), int(counters.get("episodes", 0)))
 
     # -- checkpoints ---------------------------------------------------
     def _counters(self):
-        s = self.shared
-        return {
-            "steps": int(s.steps),
-            "updates": int(s.updates),
-            "episodes": int(s.episodes),
-            "skipped_updates": int(s.skipped_updates),
-            "wall_seconds": self.elapsed(),
-            "resumes": self.resumes,
-        }
+        c = self.shared.counters()
+        c.update(wall_seconds=self.elapsed(), resumes=self.resumes)
+        return c
 
     def save(self, which="latest"):
+        """Write ``checkpoints/<which>.npz`` atomically; returns its path.
+
+        Raises :class:`CheckpointError` (and writes nothing) when the
+        parameters are no longer finite: the previous checkpoint stays.
+        """
         st = self.shared.state_dict()  # a snapshot copy; workers keep writing (Hogwild)
         opt = st["optimizer"]
         arrays = {k: v for k, v in opt.items() if isinstance(v, np.ndarray)}
         scalars = {k: v for k, v in opt.items() if not isinstance(v, np.ndarray)}
+        short, long_avg, n_eps = self.rewards.averages()
         meta = {
             "network": self.net_spec,
             "layout": self.layout,
@@ -268,10 +353,19 @@ class Trainer:
             "optimizer_scalars": scalars,
             "counters": self._counters(),
             "config": self.cfg.to_dict(),
-            "moving_avg": self.moving_avg(),
-            "best_moving_avg": None if not np.isfinite(self.best_avg) else float(self.best_avg),
+            "moving_avg": short,
+            "long_avg": long_avg,
+            "avg_window": self.rewards.short,
+            "long_window": n_eps,
+            "best_long_avg": None if not np.isfinite(self.best_avg) else float(self.best_avg),
+            "best_step": self.best_step,
+            "reward_normalizer": None if self.normalizer is None else self.normalizer.state_dict(),
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
+        if not np.all(np.isfinite(st["params"])):
+            raise CheckpointError(
+                f"parameters are no longer finite (the run diverged); {which}.npz not written, "
+                "the previous checkpoint is kept")
         path = os.path.join(self.run_dir, "checkpoints", f"{which}.npz")
         return save_checkpoint(path, st["params"], meta, arrays)
 
@@ -280,108 +374,61 @@ class Trainer:
         return self.wall_offset + (0.0 if self.t_start is None else time.perf_counter() - self.t_start)
 
     def moving_avg(self):
-        with self._episode_lock:
-            if not self.episodes:
-                return None
-            return float(np.mean(self.episodes))
+        return self.rewards.averages()[0]
 
-    def _record_episode(self, wid, ret, length):
-        idx = self.shared.add_episodes(1)
-        with self._episode_lock:
-            self.episodes.append(ret)
+    def _on_episode(self, wid, ret, length, index):
+        self.rewards.add(ret)
         if self.logger is not None:
-            self.logger.episode(idx, self.elapsed(), int(self.shared.steps), wid, ret, length)
+            self.logger.episode(index, self.elapsed(), int(self.shared.steps), wid, ret, length)
 
-    # -- the worker -------------------------------------------------------
-    def _worker(self, wid):
+    def _maybe_save_best(self):
+        """best.npz: the best long average, once ``reward_window`` episodes have finished."""
+        _, long_avg, n = self.rewards.averages()
+        if long_avg is None or n < self.cfg.reward_window or not long_avg > self.best_avg:
+            return
+        prev = (self.best_avg, self.best_step)
+        self.best_avg, self.best_step = long_avg, int(self.shared.steps)
         try:
-            self._worker_loop(wid)
+            self.save("best")
+        except CheckpointError:
+            self.best_avg, self.best_step = prev
+            raise
+
+    # -- the workers -------------------------------------------------------
+    def _make_worker(self, wid):
+        from a3c_core.nn.network import build_network
+
+        env = self._envs[wid]
+        if env is None:
+            env = self._envs[wid] = self._new_env(wid)
+        pipe = ObsPipeline(self.pipeline_spec, env.obs_shape)
+        net = build_network(self.spec_name, pipe.net_obs_shape, env.n_actions,
+                            seed=self.cfg.seed, **self.net_kwargs)
+        rng = np.random.default_rng([self.cfg.seed, wid, self.resumes])
+        # staggered start of this worker's optimizer sweep (see core.optim)
+        offset = (wid * self.shared.n_params // self.n_workers) // 16 * 16
+        return Worker(wid, env, net, pipe, self.store, self._settings(), rng, offset=offset)
+
+    def _worker_main(self, wid):
+        try:
+            if self._cores:
+                _pin_thread({self._cores[wid % len(self._cores)]})
+            w = self.workers[wid] = self._make_worker(wid)
+            w.run(self.stop_event, self.cfg.total_steps)
         except BaseException:  # noqa: BLE001 - surfaced by the main thread
             self.errors.append((wid, traceback.format_exc()))
             self.stop_event.set()
 
-    def _worker_loop(self, wid):
-        from a3c_core.core import gae, sync_params
-
-        cfg = self.cfg
-        shared = self.shared
-        if self._cores:
-            _pin_thread({self._cores[wid % len(self._cores)]})
-        env = self._envs[wid]
-        if env is None:
-            env = self._make_env(
-                cfg.env, seed=self._env_seed(wid), frame_skip=cfg.frame_skip,
-                runtime_dir=os.path.join(self.run_dir, "vizdoom"), **self._env_kwargs(),
-            )
-            self._envs[wid] = env
-        pipe = ObsPipeline(self.pipeline_spec, env.obs_shape)
-        net = self._build_network(
-            self.spec_name, pipe.net_obs_shape, env.n_actions, seed=cfg.seed, **self.net_kwargs
-        )
-        T = cfg.t_max
-        obs_buf = np.zeros((T + 1,) + pipe.net_obs_shape, np.float32)
-        actions = np.zeros(T, np.int64)
-        rewards = np.zeros(T, np.float32)
-        values = np.zeros(T, np.float32)
-        rng = np.random.default_rng([cfg.seed, wid, self.resumes])
-        scale = cfg.effective_reward_scale()
-        gamma, lam = cfg.gamma, cfg.gae_lambda
-        vcoef, beta, clip = cfg.value_coef, cfg.effective_entropy_beta(), cfg.max_grad_norm
-        total = cfg.total_steps
-        trunc_boot = cfg.bootstrap_truncated()
-        stop = self.stop_event
-        stats_acc = np.zeros(5)  # policy, value, entropy, grad_norm, count
-        # staggered start of this worker's optimizer sweep (see core.optim)
-        offset = (wid * shared.n_params // self.n_workers) // 16 * 16
-
-        pipe(env.reset(), obs_buf[0])
-        state = net.initial_state()
-        ep_ret, ep_len = 0.0, 0
-        while not stop.is_set():
-            if total and shared.steps >= total:
-                break
-            sync_params(shared.params, net.params)
-            state0 = state
-            u = rng.random(T)
-            term = trunc = False
-            n = T
-            for t in range(T):
-                probs, v, state = net.step(obs_buf[t], state)
-                a = sample_categorical(probs, u[t])
-                raw, r, term, trunc = env.step(a)
-                actions[t] = a
-                rewards[t] = r * scale
-                values[t] = v
-                ep_ret += r
-                ep_len += 1
-                pipe(raw, obs_buf[t + 1])
-                if term or trunc:
-                    n = t + 1
-                    break
-            if term or (trunc and not trunc_boot):
-                boot = 0.0
-            else:  # cut by t_max or truncated by a time limit: bootstrap from V(s_n)
-                _, boot, _ = net.step(obs_buf[n], state)
-            ret, adv = gae(rewards[:n], values[:n], float(boot), gamma, lam)
-            stats, _ = net.loss_and_grad(
-                obs_buf[:n], actions[:n], ret, adv, state0, value_coef=vcoef, entropy_beta=beta
-            )
-            norm, _applied = shared.apply(net.grads, clip, global_step=shared.steps, offset=offset)
-            shared.add_steps(n)
-            stats_acc += (stats["policy_loss"] / n, stats["value_loss"] / n,
-                          stats["entropy"] / n, norm, 1.0)
-            self.worker_stats[wid] = stats_acc
-            if term or trunc:
-                self._record_episode(wid, ep_ret, ep_len)
-                ep_ret, ep_len = 0.0, 0
-                pipe(env.reset(), obs_buf[0])
-                state = net.initial_state()
-            else:
-                obs_buf[0] = obs_buf[n]
+    def _loss_totals(self):
+        """Sum of every worker's :class:`LossStats` (fields as a float array)."""
+        arrs = [w.stats.as_array() for w in self.workers if w is not None]
+        return np.sum(arrs, axis=0) if arrs else np.zeros(6)
 
     # -- the run ------------------------------------------------------------
     def _warm_up(self):
         """Compile (first run) or load (cached) the Numba kernels before the clock starts."""
+        from a3c_core.sampling import sample_categorical
+
         notice = threading.Timer(
             1.5, lambda: print("compiling Numba kernels (first run only; cached afterwards)...",
                                file=self.out, flush=True))
@@ -400,112 +447,237 @@ class Trainer:
             notice.cancel()
 
     def run(self) -> TrainResult:
+        """Train until a stop condition, a signal or a failure; always leaves a
+        loadable checkpoint, ``summary.json`` and closed envs behind."""
+        from a3c_core._blas import blas_threads
+
+        with blas_threads(1), _signals_as_exceptions():
+            try:
+                return self._run()
+            finally:
+                self.close()
+
+    def _run(self) -> TrainResult:
         cfg = self.cfg
-        self._warm_up()
-        self.logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard)
-        threads = [
-            threading.Thread(target=self._worker, args=(i,), name=f"a3c-worker-{i}", daemon=True)
-            for i in range(self.n_workers)
-        ]
-        self.t_start = time.perf_counter()
-        status = "done"
-        last_ckpt = last_log = last_line = time.perf_counter()
-        last_steps = int(self.shared.steps)
-        prev_stats = np.zeros(5)
-        tty = hasattr(self.out, "isatty") and self.out.isatty()
-        sps = 0.0
+        status, sig = "done", None
+        threads = []
+        path = None
         try:
+            self._warm_up()
+            self.logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard,
+                                        resume_at=getattr(self, "_resume_counters", None))
+            threads = [threading.Thread(target=self._worker_main, args=(i,), daemon=True,
+                                        name=f"a3c-worker-{i}") for i in range(self.n_workers)]
+            self.t_start = time.perf_counter()
             for th in threads:
                 th.start()
-            while any(th.is_alive() for th in threads):
-                self.stop_event.wait(min(0.2, cfg.log_interval))
-                now = time.perf_counter()
-                steps = int(self.shared.steps)
-                avg = self.moving_avg()
-                if cfg.total_seconds and self.elapsed() >= cfg.total_seconds:
-                    self.stop_event.set()
-                if (cfg.target_reward is not None and avg is not None
-                        and len(self.episodes) >= cfg.reward_window and avg >= cfg.target_reward):
-                    self.stop_event.set()
-                if now - last_log >= cfg.log_interval:
-                    sps = (steps - last_steps) / (now - last_log)
-                    acc = sum(s for s in self.worker_stats if s is not None) if any(
-                        s is not None for s in self.worker_stats) else np.zeros(5)
-                    d = acc - prev_stats
-                    prev_stats = np.array(acc, copy=True)
-                    el = self.elapsed()
-                    self.logger.scalar("charts/sps", sps, steps, el)
-                    if avg is not None:
-                        self.logger.scalar("charts/moving_avg_return", avg, steps, el)
-                    if d[4] > 0:
-                        for i, name in enumerate(("policy_loss", "value_loss", "entropy", "grad_norm")):
-                            self.logger.scalar(f"losses/{name}", d[i] / d[4], steps, el)
-                    self.logger.flush()
-                    if avg is not None and len(self.episodes) >= min(10, cfg.reward_window) and avg > self.best_avg:
-                        self.best_avg = avg
-                        self.save("best")
-                    if not cfg.quiet and (tty or now - last_line >= max(10.0, cfg.log_interval)):
-                        self._progress(steps, sps, avg, d, tty)
-                        last_line = now
-                    last_log, last_steps = now, steps
-                if cfg.checkpoint_interval and now - last_ckpt >= cfg.checkpoint_interval:
-                    self.save("latest")
-                    last_ckpt = now
-        except KeyboardInterrupt:
-            status = "interrupted"
+            self._monitor(threads)
+        except KeyboardInterrupt as e:  # SIGINT, or SIGTERM via StopSignal
+            status, sig = "interrupted", getattr(e, "name", "SIGINT")
             self.stop_event.set()
-            print("\ninterrupted: stopping workers and writing a checkpoint...", file=self.out)
+            if not cfg.quiet:
+                print(f"\n{sig}: stopping workers and writing a checkpoint...", file=self.out, flush=True)
         finally:
             self.stop_event.set()
-            for th in threads:
-                while th.is_alive():
-                    try:
-                        th.join(0.5)
-                    except KeyboardInterrupt:  # a second Ctrl-C: keep waiting, data first
-                        pass
-            path = self.save("latest")
-            avg = self.moving_avg()
-            if avg is not None and len(self.episodes) >= min(10, cfg.reward_window) and avg > self.best_avg:
-                self.best_avg = avg
-                self.save("best")
-            self.logger.close()
-            for env in self._envs:
-                if env is not None:
-                    env.close()
-            try:  # the envs remove their runtime files; drop the emptied folder too
-                os.rmdir(os.path.join(self.run_dir, "vizdoom"))
-            except OSError:
-                pass
-            if not cfg.quiet and tty:
-                print(file=self.out)
+            _join_all(threads)
+            if self.t_start is not None:
+                path, save_error = self._final_checkpoints()
+                if save_error:
+                    self.errors.append(("checkpoint", save_error))
         if self.errors:
             status = "failed"
-        result = TrainResult(self.run_dir, status, int(self.shared.steps), int(self.shared.episodes),
-                             self.elapsed(), self.moving_avg(), path)
-        with open(os.path.join(self.run_dir, "summary.json"), "w") as fh:
-            json.dump({"status": status, "steps": result.steps, "episodes": result.episodes,
-                       "seconds": result.seconds, "moving_avg": result.moving_avg,
-                       "best_moving_avg": None if not np.isfinite(self.best_avg) else self.best_avg},
-                      fh, indent=1)
+        result = self._result(status, sig, path)
+        self._write_summary(result)
         if self.errors:
-            raise TrainingError(
-                f"worker {self.errors[0][0]} failed; checkpoint written to {path}",
-                self.errors,
-            )
+            wid, _ = self.errors[0]
+            what = f"worker {wid} failed" if isinstance(wid, int) else f"{wid}: {self.errors[0][1]}"
+            raise TrainingError(f"{what}; last checkpoint: {path or 'none written'}", self.errors)
         return result
 
-    def _progress(self, steps, sps, avg, d, tty):
+    def _monitor(self, threads):
+        cfg = self.cfg
+        now = time.perf_counter()
+        last_ckpt = last_log = last_line = now
+        first_ckpt_done = False
+        last_steps = int(self.shared.steps)
+        prev = self._loss_totals()
+        tty = hasattr(self.out, "isatty") and self.out.isatty()
+        line_every = cfg.log_interval if tty else max(10.0, cfg.log_interval)
+        while any(th.is_alive() for th in threads):
+            self.stop_event.wait(min(0.2, cfg.log_interval))
+            now = time.perf_counter()
+            steps = int(self.shared.steps)
+            short, _, n_eps = self.rewards.averages()
+            if cfg.total_seconds and self.elapsed() >= cfg.total_seconds:
+                self.stop_reason = "total_seconds"
+                self.stop_event.set()
+            if (cfg.target_reward is not None and short is not None
+                    and n_eps >= cfg.reward_window and short >= cfg.target_reward):
+                self.stop_reason = "target_reward"
+                self.stop_event.set()
+            if cfg.max_skipped_updates and self.store.consecutive_skips >= cfg.max_skipped_updates:
+                self.errors.append(("divergence", (
+                    f"{self.store.consecutive_skips} updates in a row were skipped for non-finite "
+                    "gradients (NaN/inf); stopping. Lower lr, reward_scale or max_grad_norm")))
+                self.stop_event.set()
+            if now - last_log >= cfg.log_interval:
+                sps = (steps - last_steps) / (now - last_log)
+                tot = self._loss_totals()
+                d = tot - prev
+                prev = tot
+                self._log_scalars(steps, sps, d)
+                self._maybe_save_best()
+                if not cfg.quiet and now - last_line >= line_every:
+                    self._progress(steps, sps, d, tty)
+                    last_line = now
+                last_log, last_steps = now, steps
+            # the first 'latest' as soon as one update is in, then every interval
+            if cfg.checkpoint_interval and (
+                    (not first_ckpt_done and self.shared.updates > 0)
+                    or now - last_ckpt >= cfg.checkpoint_interval):
+                self.save("latest")
+                first_ckpt_done, last_ckpt = True, now
+
+    def _log_scalars(self, steps, sps, d):
+        el = self.elapsed()
+        log = self.logger
+        short, long_avg, _ = self.rewards.averages()
+        log.scalar("charts/sps", sps, steps, el)
+        log.scalar("charts/learning_rate", self.shared.optimizer.lr_at(steps), steps, el)
+        if short is not None:
+            log.scalar("charts/moving_avg_return", short, steps, el)
+            log.scalar("charts/long_avg_return", long_avg, steps, el)
+        if self.normalizer is not None:
+            log.scalar("charts/reward_scale", self.normalizer.scale, steps, el)
+        n_upd = d[4]
+        if n_upd > 0:
+            for i, name in enumerate(("policy_loss", "value_loss", "entropy", "grad_norm")):
+                log.scalar(f"losses/{name}", d[i] / n_upd, steps, el)
+        if d[5] > 0:
+            log.scalar("losses/skipped_updates", d[5], steps, el)
+        log.flush()
+
+    def _final_checkpoints(self):
+        """latest (+ best) at the end; returns (latest path or None, error text or None)."""
+        try:
+            path = self.save("latest")
+            self._maybe_save_best()
+            return path, None
+        except (CheckpointError, OSError) as e:
+            latest = os.path.join(self.run_dir, "checkpoints", "latest.npz")
+            return (latest if os.path.exists(latest) else None), str(e)
+
+    def _result(self, status, sig, path):
+        short, long_avg, n_eps = self.rewards.averages()
+        best = os.path.join(self.run_dir, "checkpoints", "best.npz")
+        return TrainResult(
+            self.run_dir, status, int(self.shared.steps), int(self.shared.episodes), self.elapsed(),
+            short, path, long_avg=long_avg,
+            best_avg=None if not np.isfinite(self.best_avg) else float(self.best_avg),
+            best_step=self.best_step, best_checkpoint=best if os.path.exists(best) else None,
+            skipped_updates=int(self.shared.skipped_updates), signal=sig,
+            avg_window=min(n_eps, self.cfg.reward_window), long_window=n_eps)
+
+    def _write_summary(self, result):
+        d = result.to_dict()
+        d.update(stop_reason=self.stop_reason, updates=int(self.shared.updates),
+                 errors=[f"{w}: {t.strip().splitlines()[-1]}" for w, t in self.errors])
+        tmp = os.path.join(self.run_dir, ".summary.json.tmp")
+        with open(tmp, "w") as fh:
+            json.dump(d, fh, indent=1)
+        os.replace(tmp, os.path.join(self.run_dir, "summary.json"))
+
+    def _progress(self, steps, sps, d, tty):
         el = self.elapsed()
         losses = ""
         if d[4] > 0:
-            losses = f" | pi {d[0] / d[4]:+.3f} v {d[1] / d[4]:.3f} H {d[2] / d[4]:.3f} |g| {d[3] / d[4]:.2f}"
-        avg_s = "   n/a" if avg is None else f"{avg:7.2f}"
-        line = (f"[{el:7.1f}s] steps {steps:>9,d}  {sps:7.0f} steps/s  episodes {int(self.shared.episodes):>6d}"
-                f"  avg{self.cfg.reward_window} {avg_s}{losses}")
+            losses = (f" | pi {d[0] / d[4]:+.3f} v {d[1] / d[4]:.3f} H {d[2] / d[4]:.3f}"
+                      f" |g| {d[3] / d[4]:.2f}")
+        skipped = int(self.shared.skipped_updates)
+        if skipped:
+            losses += f" skipped {skipped}"
+        short, long_avg, n = self.rewards.averages()
+        w = self.cfg.reward_window
+        avg_s = "   n/a" if short is None else f"{short:7.2f}"
+        long_s = "" if long_avg is None or n <= w else f" avg{n} {long_avg:7.2f}"
+        line = (f"[{el:7.1f}s] steps {steps:>9,d}  {sps:7.0f} steps/s  episodes "
+                f"{int(self.shared.episodes):>6d}  avg{w} {avg_s}{long_s}{losses}")
         if tty:
-            print("\r" + line, end="", file=self.out, flush=True)
+            print("\r" + line + "\x1b[K", end="", file=self.out, flush=True)
         else:
             print(line, file=self.out, flush=True)
+
+    # -- resources ----------------------------------------------------------
+    def close(self):
+        """Close the logger and every env (engines, child processes). Idempotent."""
+        first_error = None
+        if self.logger is not None:
+            try:
+                self.logger.close()
+            except Exception as e:  # noqa: BLE001 - keep closing the rest
+                first_error = first_error or e
+        for i, env in enumerate(self._envs):
+            if env is not None:
+                try:
+                    env.close()
+                except Exception as e:  # noqa: BLE001
+                    first_error = first_error or e
+                self._envs[i] = None
+        try:  # the envs remove their runtime files; drop the emptied folder too
+            os.rmdir(os.path.join(self.run_dir, "vizdoom"))
+        except (OSError, AttributeError):
+            pass
+        if first_error is not None:
+            print(f"warning: while closing: {first_error}", file=sys.stderr)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def _join_all(threads):
+    for th in threads:
+        while th.is_alive():
+            try:
+                th.join(0.5)
+            except KeyboardInterrupt:  # a second Ctrl-C: keep waiting, data first
+                pass
+
+
+class _signals_as_exceptions:
+    """While a run is in progress (main thread only): SIGINT raises
+    KeyboardInterrupt and SIGTERM :class:`StopSignal`, once; both stop the
+    workers and write the final checkpoint.  Later signals are ignored with a
+    note, so a second Ctrl-C cannot tear the final checkpoint.  The previous
+    handlers are restored afterwards."""
+
+    def __enter__(self):
+        self._old = {}
+        self._fired = False
+        if threading.current_thread() is not threading.main_thread():
+            return self
+
+        def handler(signum, frame):
+            if self._fired:
+                print(f"\n{signal.Signals(signum).name}: already stopping, "
+                      "writing the final checkpoint...", file=sys.stderr, flush=True)
+                return
+            self._fired = True
+            if signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise StopSignal(signal.Signals(signum).name)
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, handler)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        return False
 
 
 def train(cfg: Config | None = None, *, resume: str | None = None, out=None, **overrides) -> TrainResult:

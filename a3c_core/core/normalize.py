@@ -1,0 +1,109 @@
+"""Reward scaling by the running spread of the discounted return.
+
+Why: one fixed reward scale cannot fit every task.  Shipped ViZDoom scenarios
+pay from about +-1 to +2,100 per episode; with a scale fitted to one of them
+the value targets (and so the policy-gradient advantages) of another are
+either lost under the entropy bonus or large enough to blow up the critic.
+Dividing rewards by the running standard deviation of the *discounted
+return* (the quantity the critic regresses on) puts every task's value
+targets and advantages on a scale of about one, so one entropy coefficient
+and one learning rate mean the same thing everywhere.  This is the reward
+half of Stable-Baselines3's ``VecNormalize`` (``norm_reward``): rewards are
+divided by ``sqrt(var(R) + eps)`` and NOT centred, so the sign of every reward,
+and of a terminal state's zero value, is kept.
+
+Each worker keeps the running discounted return of its own episode,
+``R_t = gamma * R_{t-1} + r_t`` (reset at episode start), and after every
+rollout merges the rollout's ``R_t`` values into the shared statistics
+(count, mean, M2) with Chan et al.'s parallel update, under a small lock: once
+per rollout, microseconds, so it costs Hogwild nothing.  Workers read the
+scale without the lock (a float; a stale read only delays the scale by one
+rollout).  The statistics are saved in checkpoints and restored on resume.
+
+Scaled rewards are clipped to ``[-clip, clip]`` (10 by default, as in
+VecNormalize), which bounds what one outlier reward does to the critic.
+"""
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+__all__ = ["ReturnNormalizer", "running_returns"]
+
+
+def running_returns(rewards, gamma, acc):
+    """Discounted running returns of raw ``rewards`` (float, ``(n,)``) from the
+    carried accumulator ``acc`` (float): ``R_t = gamma * R_{t-1} + r_t``.
+    Returns ``(R (n,) float64, new acc)``."""
+    out = np.empty(len(rewards), np.float64)
+    for i, r in enumerate(rewards):
+        acc = gamma * acc + float(r)
+        out[i] = acc
+    return out, acc
+
+
+class ReturnNormalizer:
+    """Shared running mean/variance of discounted returns -> reward scale.
+
+    ``update(returns)`` merges a batch; ``scale`` is ``1 / sqrt(var + eps)``
+    (1.0 until ``min_count`` returns have been seen).  The scale is unit-free
+    from the first rollout on: rewards x100 give the same scaled rewards.
+    """
+
+    def __init__(self, gamma=0.99, *, clip=10.0, eps=1e-8, min_count=2):
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {gamma!r}")
+        if not (clip > 0 and math.isfinite(clip)):
+            raise ValueError(f"clip must be a finite number > 0, got {clip!r}")
+        self.gamma = float(gamma)
+        self.clip = float(clip)
+        self.eps = float(eps)
+        self.min_count = int(min_count)
+        self._lock = threading.Lock()
+        self.count = 0
+        self.mean = 0.0
+        self.m2 = 0.0
+        self.scale = 1.0
+
+    @property
+    def var(self) -> float:
+        return self.m2 / self.count if self.count else 0.0
+
+    def update(self, returns) -> float:
+        """Merge a batch of discounted returns; returns the new scale."""
+        x = np.asarray(returns, dtype=np.float64).ravel()
+        if x.size == 0:
+            return self.scale
+        if not np.all(np.isfinite(x)):
+            raise ValueError("ReturnNormalizer.update: returns contain NaN or inf")
+        n_b = x.size
+        mean_b = float(x.mean())
+        m2_b = float(np.square(x - mean_b).sum())
+        with self._lock:
+            n_a = self.count
+            n = n_a + n_b
+            delta = mean_b - self.mean
+            self.mean += delta * n_b / n
+            self.m2 += m2_b + delta * delta * n_a * n_b / n
+            self.count = n
+            if n >= self.min_count:
+                self.scale = 1.0 / math.sqrt(self.m2 / n + self.eps)
+            return self.scale
+
+    def state_dict(self) -> dict:
+        with self._lock:
+            return {"count": int(self.count), "mean": float(self.mean), "m2": float(self.m2),
+                    "gamma": self.gamma, "clip": self.clip}
+
+    def load_state_dict(self, d) -> None:
+        try:
+            count, mean, m2 = int(d["count"]), float(d["mean"]), float(d["m2"])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"reward normalizer state must have count, mean, m2; got {d!r}") from None
+        if count < 0 or m2 < 0 or not (math.isfinite(mean) and math.isfinite(m2)):
+            raise ValueError(f"reward normalizer state is invalid: {d!r}")
+        with self._lock:
+            self.count, self.mean, self.m2 = count, mean, m2
+            self.scale = 1.0 / math.sqrt(m2 / count + self.eps) if count >= self.min_count else 1.0

@@ -1,0 +1,277 @@
+"""One A3C worker: rollout collection and update, behind a small shared-state seam.
+
+A :class:`Worker` owns an env, a local network (params, grads, LSTM state),
+its preprocessing, its RNG and its rollout buffers.  Everything it shares with
+other workers goes through a :class:`Store` with five operations:
+
+* ``pull(local_params)`` - copy the global parameters into the local ones;
+* ``apply(grads, max_grad_norm, offset) -> (norm, applied)`` - clip and apply
+  a gradient to the global parameters and optimizer statistics;
+* ``add_steps(n) -> total`` - count agent steps; ``steps`` reads the total;
+* ``record_episode(wid, raw_return, length)`` - report a finished episode;
+* ``reward_scale(returns) -> scale`` - merge the rollout's discounted returns
+  into the running statistics and return the current reward scale (only
+  called when rewards are normalized, see :mod:`a3c_core.core.normalize`).
+
+:class:`ThreadStore` implements it in-process for worker threads (Hogwild on
+one :class:`~a3c_core.core.SharedState`); another backend (a process, a Ray
+node) provides its own, and the rollout code stays the same.
+
+One rollout (:meth:`Worker.rollout`):
+
+1. pull the global parameters (the rollout acts with fixed local params);
+2. play up to ``t_max`` steps: ``net.step`` -> sample -> ``env.step``;
+3. bootstrap from ``V(s_n)`` when the rollout was cut by ``t_max``, or by a
+   time limit and ``bootstrap_truncated`` is set; 0 after a terminal state;
+4. returns and GAE advantages, ``loss_and_grad`` (BPTT from the rollout's
+   first LSTM state), ``store.apply``.
+
+The rollout keeps ``obs_buf[n]`` (the observation after the last step) and
+moves it to ``obs_buf[0]`` for the next rollout of the same episode.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from a3c_core.core.normalize import running_returns
+from a3c_core.sampling import sample_categorical
+
+__all__ = ["RolloutSettings", "LossStats", "Store", "ThreadStore", "Worker"]
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """The per-rollout hyperparameters a worker needs (from :class:`Config`)."""
+
+    t_max: int = 20
+    gamma: float = 0.99
+    gae_lambda: float = 1.0
+    value_coef: float = 0.5
+    entropy_beta: float = 0.01
+    max_grad_norm: float = 40.0
+    #: fixed reward multiplier, or None: divide by the running return std
+    reward_scale: float | None = None
+    #: clip raw rewards to [-reward_clip, reward_clip] before scaling (0 = off)
+    reward_clip: float = 0.0
+    #: normalized rewards are clipped to [-norm_clip, norm_clip]
+    norm_clip: float = 10.0
+    bootstrap_truncated: bool = True
+
+
+class LossStats:
+    """Running sums of one worker's update statistics (read by the monitor).
+
+    Fields are plain floats written by the worker thread only; the monitor
+    reads them without a lock (a torn *set* of fields only mixes two adjacent
+    updates, which is fine for a progress line).
+    """
+
+    FIELDS = ("policy_loss", "value_loss", "entropy", "grad_norm", "updates", "skipped")
+
+    def __init__(self):
+        for f in self.FIELDS:
+            setattr(self, f, 0.0)
+
+    def as_array(self) -> np.ndarray:
+        return np.array([getattr(self, f) for f in self.FIELDS], np.float64)
+
+
+class Store:
+    """The shared-state seam a :class:`Worker` talks to (see the module docstring)."""
+
+    steps: int
+
+    def pull(self, local_params) -> None:
+        raise NotImplementedError
+
+    def apply(self, grads, max_grad_norm, offset=0):
+        raise NotImplementedError
+
+    def add_steps(self, n) -> int:
+        raise NotImplementedError
+
+    def record_episode(self, wid, raw_return, length) -> None:
+        raise NotImplementedError
+
+    def reward_scale(self, returns) -> float:
+        raise NotImplementedError
+
+
+class ThreadStore(Store):
+    """In-process store: Hogwild on a :class:`~a3c_core.core.SharedState`.
+
+    ``normalizer`` (a :class:`~a3c_core.core.normalize.ReturnNormalizer` or
+    None) provides the reward scale; ``on_episode(wid, ret, length, index)``
+    is called for every finished episode.  ``consecutive_skips`` counts
+    non-finite updates in a row (reset by an applied one).
+    """
+
+    def __init__(self, shared, normalizer=None, on_episode=None):
+        self.shared = shared
+        self.normalizer = normalizer
+        self.on_episode = on_episode
+        self.consecutive_skips = 0
+        self._lock = threading.Lock()
+
+    @property
+    def steps(self) -> int:
+        return self.shared.steps
+
+    def pull(self, local_params):
+        self.shared.sync_to(local_params)
+
+    def apply(self, grads, max_grad_norm, offset=0):
+        norm, applied = self.shared.apply(grads, max_grad_norm, offset=offset)
+        with self._lock:
+            self.consecutive_skips = 0 if applied else self.consecutive_skips + 1
+        return norm, applied
+
+    def add_steps(self, n):
+        return self.shared.add_steps(n)
+
+    def record_episode(self, wid, raw_return, length):
+        idx = self.shared.add_episodes(1)
+        if self.on_episode is not None:
+            self.on_episode(wid, raw_return, length, idx)
+
+    def reward_scale(self, returns):
+        return self.normalizer.update(returns)
+
+
+class Worker:
+    """Rollouts and updates of one A3C worker (see the module docstring).
+
+    Args:
+        wid: worker index (for episode records and the sweep offset).
+        env: an :class:`~a3c_core.envs.Env`.
+        net: this worker's own :class:`~a3c_core.nn.network.Network`.
+        pipeline: :class:`~a3c_core.obs.ObsPipeline` raw obs -> net input.
+        store: the shared-state seam.
+        settings: :class:`RolloutSettings`.
+        rng: ``numpy.random.Generator`` for action sampling.
+        offset: start index of this worker's optimizer sweep (see core.optim).
+    """
+
+    def __init__(self, wid, env, net, pipeline, store, settings, rng, *, offset=0):
+        self.wid = wid
+        self.env = env
+        self.net = net
+        self.pipe = pipeline
+        self.store = store
+        self.s = settings
+        self.rng = rng
+        self.offset = int(offset)
+        self.stats = LossStats()
+        T = settings.t_max
+        self.obs_buf = np.zeros((T + 1,) + tuple(pipeline.net_obs_shape), net.dtype)
+        self.actions = np.zeros(T, np.int64)
+        self.rewards = np.zeros(T, np.float32)   # rewards used for learning
+        self.raw_rewards = np.zeros(T, np.float64)
+        self.values = np.zeros(T, np.float32)
+        self.state = None
+        self.ep_return = 0.0
+        self.ep_length = 0
+        self._ret_acc = 0.0       # running discounted (clipped) return, for the normalizer
+        self._started = False
+
+    # -- episodes -----------------------------------------------------------
+    def start_episode(self):
+        """Reset the env and the LSTM state; ``obs_buf[0]`` = first observation."""
+        self.pipe(self.env.reset(), self.obs_buf[0])
+        self.state = self.net.initial_state()
+        self._started = True
+
+    def _end_of_life(self):
+        """After a terminal/truncated step: report the whole game when it is over
+        (an env that treats a life loss as terminal keeps ``episode_over``
+        False until the game ends), then start the next episode."""
+        if getattr(self.env, "episode_over", True):
+            self.store.record_episode(self.wid, self.ep_return, self.ep_length)
+            self.ep_return, self.ep_length = 0.0, 0
+        self._ret_acc = 0.0
+        self.start_episode()
+
+    # -- one rollout + update ------------------------------------------------
+    def rollout(self):
+        """Collect up to ``t_max`` steps and apply one update.
+
+        Returns ``(n, terminated, truncated, applied)``.
+        """
+        if not self._started:
+            self.start_episode()
+        s, net, env, pipe = self.s, self.net, self.env, self.pipe
+        obs_buf, actions, raw, values = self.obs_buf, self.actions, self.raw_rewards, self.values
+        self.store.pull(net.params)
+        state0 = state = self.state
+        u = self.rng.random(s.t_max)
+        term = trunc = False
+        n = s.t_max
+        for t in range(s.t_max):
+            probs, v, state = net.step(obs_buf[t], state)
+            a = sample_categorical(probs, u[t])
+            obs, r, term, trunc = env.step(a)
+            actions[t] = a
+            raw[t] = r
+            values[t] = v
+            pipe(obs, obs_buf[t + 1])
+            if term or trunc:
+                n = t + 1
+                break
+        self.state = state
+        self.ep_return += float(raw[:n].sum())
+        self.ep_length += n
+        self._scale_rewards(n)
+        if term or (trunc and not s.bootstrap_truncated):
+            boot = 0.0
+        else:  # cut by t_max, or by a time limit that is bootstrapped
+            _, boot, _ = net.step(obs_buf[n], state)
+        applied = self._update(n, float(boot), state0)
+        self.store.add_steps(n)
+        if term or trunc:
+            self._end_of_life()
+        else:
+            obs_buf[0] = obs_buf[n]
+        return n, term, trunc, applied
+
+    def _scale_rewards(self, n):
+        """raw rewards -> learning rewards (clip, then fixed or normalized scale)."""
+        s = self.s
+        r = self.raw_rewards[:n]
+        if s.reward_clip > 0:
+            r = np.clip(r, -s.reward_clip, s.reward_clip)
+        if s.reward_scale is not None:
+            np.multiply(r, s.reward_scale, out=self.rewards[:n], casting="unsafe")
+            return
+        rets, self._ret_acc = running_returns(r, s.gamma, self._ret_acc)
+        scale = self.store.reward_scale(rets)
+        np.clip(r * scale, -s.norm_clip, s.norm_clip, out=self.rewards[:n], casting="unsafe")
+
+    def _update(self, n, boot, state0):
+        from a3c_core.core import gae
+
+        s, st = self.s, self.stats
+        ret, adv = gae(self.rewards[:n], self.values[:n], boot, s.gamma, s.gae_lambda)
+        loss, _ = self.net.loss_and_grad(self.obs_buf[:n], self.actions[:n], ret, adv, state0,
+                                         value_coef=s.value_coef, entropy_beta=s.entropy_beta)
+        norm, applied = self.store.apply(self.net.grads, s.max_grad_norm, self.offset)
+        if applied:
+            st.policy_loss += loss["policy_loss"] / n
+            st.value_loss += loss["value_loss"] / n
+            st.entropy += loss["entropy"] / n
+            st.grad_norm += norm
+            st.updates += 1
+        else:
+            st.skipped += 1
+        return applied
+
+    def run(self, stop: threading.Event, total_steps=0):
+        """Rollouts until ``stop`` is set or ``total_steps`` (0 = no limit) is reached."""
+        store = self.store
+        while not stop.is_set():
+            if total_steps and store.steps >= total_steps:
+                break
+            self.rollout()
+

@@ -1,0 +1,92 @@
+"""Return normalization: statistics against a numpy twin, checkpoint round trip,
+and the property it exists for: the learning signal does not depend on the
+reward's units."""
+import math
+import threading
+
+import numpy as np
+import pytest
+
+from a3c_core.core.normalize import ReturnNormalizer, running_returns
+
+
+def test_running_returns_match_a_hand_loop():
+    r = np.array([1.0, -2.0, 0.5, 3.0])
+    out, acc = running_returns(r, 0.9, 10.0)
+    want, a = [], 10.0
+    for x in r:
+        a = 0.9 * a + x
+        want.append(a)
+    np.testing.assert_allclose(out, want)
+    assert acc == pytest.approx(want[-1])
+
+
+def test_statistics_match_numpy_over_all_batches():
+    rng = np.random.default_rng(0)
+    norm = ReturnNormalizer(0.99, min_count=1)
+    seen = []
+    for size in rng.integers(1, 40, size=50):
+        batch = rng.normal(3.0, 7.0, size) * rng.choice([1, 100])
+        seen.append(batch)
+        norm.update(batch)
+    x = np.concatenate(seen)
+    assert norm.count == x.size
+    assert norm.mean == pytest.approx(x.mean(), rel=1e-10)
+    assert norm.var == pytest.approx(x.var(), rel=1e-10)
+    assert norm.scale == pytest.approx(1 / math.sqrt(x.var() + norm.eps), rel=1e-10)
+
+
+def test_scale_waits_for_min_count_and_rejects_non_finite():
+    norm = ReturnNormalizer(0.99, min_count=10)
+    assert norm.update(np.full(9, 50.0)) == 1.0
+    norm.update([40.0, 60.0])
+    assert norm.scale != 1.0
+    with pytest.raises(ValueError, match="NaN or inf"):
+        norm.update([1.0, float("nan")])
+
+
+def test_concurrent_updates_lose_nothing():
+    norm = ReturnNormalizer(0.99, min_count=1)
+    batches = [np.arange(i, i + 20, dtype=np.float64) for i in range(400)]
+
+    def work(part):
+        for b in part:
+            norm.update(b)
+
+    threads = [threading.Thread(target=work, args=(batches[i::4],)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    x = np.concatenate(batches)
+    assert norm.count == x.size
+    assert norm.var == pytest.approx(x.var(), rel=1e-9)
+
+
+def test_state_dict_round_trip_and_validation():
+    a = ReturnNormalizer(0.99)
+    a.update(np.linspace(-5, 20, 300))
+    b = ReturnNormalizer(0.99)
+    b.load_state_dict(a.state_dict())
+    assert (b.count, b.mean, b.m2, b.scale) == (a.count, a.mean, a.m2, a.scale)
+    with pytest.raises(ValueError, match="count, mean, m2"):
+        b.load_state_dict({"count": 3})
+    with pytest.raises(ValueError, match="invalid"):
+        b.load_state_dict({"count": 3, "mean": 0.0, "m2": -1.0})
+
+
+def test_normalized_rewards_are_unit_free():
+    """Rewards x100 or x0.01 give the same normalized rewards (up to eps)."""
+    rng = np.random.default_rng(1)
+    episodes = [rng.normal(0, 1, rng.integers(5, 50)) for _ in range(40)]
+    out = {}
+    for unit in (0.01, 1.0, 100.0):
+        norm = ReturnNormalizer(0.99, eps=0.0)
+        scaled = []
+        for ep in episodes:
+            rets, _ = running_returns(ep * unit, 0.99, 0.0)
+            s = norm.update(rets)
+            scaled.append(ep * unit * s)
+        out[unit] = np.concatenate(scaled)
+    np.testing.assert_allclose(out[0.01], out[1.0], rtol=1e-9)
+    np.testing.assert_allclose(out[100.0], out[1.0], rtol=1e-9)

@@ -1,0 +1,211 @@
+"""The Worker's rollout logic against a scripted env whose returns are known by hand."""
+import threading
+
+import numpy as np
+import pytest
+
+from a3c_core.core import SharedState, make_optimizer
+from a3c_core.core.normalize import ReturnNormalizer
+from a3c_core.envs.base import Env
+from a3c_core.nn.network import build_network
+from a3c_core.obs import ObsPipeline
+from a3c_core.train.worker import RolloutSettings, Store, ThreadStore, Worker
+
+
+class ScriptedEnv(Env):
+    """Vector env: obs = [episode, t]; reward r_t = script[t]; ends after len(script)
+    steps, as a termination or a truncation; optionally a 'life loss' every episode."""
+
+    def __init__(self, script, *, truncate=False, lives=1):
+        self.env_id = "test:scripted"
+        self.n_actions = 2
+        self.action_names = ["a", "b"]
+        self.obs_shape = (2,)
+        self.obs_dtype = np.dtype(np.float32)
+        self.obs_kind = "vector"
+        self.frame_skip = 1
+        self.preprocess_spec = {"kind": "vector"}
+        self.default_network = "mlp-lstm"
+        self.script = list(script)
+        self.truncate = truncate
+        self.lives = lives
+        self.lives_left = lives
+        self.episode = -1
+        self.t = 0
+        self.episode_over = True
+
+    def reset(self):
+        if self.lives_left <= 0 or self.episode < 0:
+            self.lives_left = self.lives
+        self.episode += 1
+        self.t = 0
+        return np.array([self.episode, 0], np.float32)
+
+    def step(self, action):
+        r = self.script[self.t]
+        self.t += 1
+        done = self.t == len(self.script)
+        if done:
+            self.lives_left -= 1
+            self.episode_over = self.lives_left == 0
+        obs = np.array([self.episode, self.t], np.float32)
+        return obs, r, done and not self.truncate, done and self.truncate
+
+
+class SpyNet:
+    """Wraps a real network; records what loss_and_grad receives and step's values."""
+
+    def __init__(self, net):
+        self._net = net
+        self.calls = []
+        self.step_values = []
+
+    def __getattr__(self, name):
+        return getattr(self._net, name)
+
+    def step(self, obs, state):
+        probs, v, state = self._net.step(obs, state)
+        self.step_values.append((obs.copy(), float(v)))
+        return probs, v, state
+
+    def loss_and_grad(self, obs, actions, returns, adv, state0, **kw):
+        self.calls.append({"obs": obs.copy(), "returns": np.array(returns, np.float64)})
+        return self._net.loss_and_grad(obs, actions, returns, adv, state0, **kw)
+
+
+class RecordingStore(Store):
+    def __init__(self, n_params):
+        self.steps = 0
+        self.episodes = []
+        self.applied = 0
+        self.params = np.zeros(n_params, np.float32)
+
+    def pull(self, local):
+        pass  # keep the worker's own initial params: values stay predictable
+
+    def apply(self, grads, max_grad_norm, offset=0):
+        self.applied += 1
+        return 1.0, True
+
+    def add_steps(self, n):
+        self.steps += n
+        return self.steps
+
+    def record_episode(self, wid, ret, length):
+        self.episodes.append((ret, length))
+
+    def reward_scale(self, returns):
+        return 1.0
+
+
+def _worker(env, t_max, *, gamma=0.5, boot_trunc=True, reward_scale=1.0):
+    net = SpyNet(build_network("mlp", (2,), 2, hidden=(8,), seed=0))
+    pipe = ObsPipeline({"kind": "vector"}, env.obs_shape)
+    store = RecordingStore(net.n_params)
+    s = RolloutSettings(t_max=t_max, gamma=gamma, gae_lambda=1.0, reward_scale=reward_scale,
+                        bootstrap_truncated=boot_trunc)
+    return Worker(0, env, net, pipe, store, s, np.random.default_rng(0)), net, store
+
+
+def _value_of(net, obs):
+    for o, v in net.step_values:
+        if np.array_equal(o, obs):
+            return v
+    raise AssertionError(f"no step on {obs}")
+
+
+def test_terminal_episode_returns_have_no_bootstrap():
+    env = ScriptedEnv([1.0, 2.0, 3.0])
+    w, net, store = _worker(env, t_max=5)
+    n, term, trunc, applied = w.rollout()
+    assert (n, term, trunc, applied) == (3, True, False, True)
+    # gamma 0.5: R2 = 3, R1 = 2 + 1.5, R0 = 1 + 0.5 * 3.5
+    np.testing.assert_allclose(net.calls[0]["returns"], [2.75, 3.5, 3.0], rtol=1e-6)
+    assert store.episodes == [(6.0, 3)] and store.steps == 3
+
+
+def test_cut_by_t_max_bootstraps_and_shifts_the_last_obs():
+    env = ScriptedEnv([1.0, 0.0, 0.0, 4.0, 0.0])
+    w, net, store = _worker(env, t_max=2)
+    w.rollout()
+    v_s2 = _value_of(net, np.array([0, 2], np.float32))
+    np.testing.assert_allclose(net.calls[0]["returns"], [1 + 0.25 * v_s2, 0.5 * v_s2], rtol=1e-5)
+    w.rollout()
+    # the second rollout starts where the first stopped: obs [0, 2]
+    np.testing.assert_array_equal(net.calls[1]["obs"][0], [0, 2])
+    v_s4 = _value_of(net, np.array([0, 4], np.float32))
+    np.testing.assert_allclose(net.calls[1]["returns"], [0.5 * (4 + 0.5 * v_s4), 4 + 0.5 * v_s4],
+                               rtol=1e-5)
+    assert store.episodes == []
+    w.rollout()  # the last step ends the episode: no bootstrap, episode recorded
+    np.testing.assert_allclose(net.calls[2]["returns"], [0.0], atol=0)
+    assert store.episodes == [(5.0, 5)]
+    # the next rollout starts the next episode from its first observation
+    w.rollout()
+    np.testing.assert_array_equal(net.calls[3]["obs"][0], [1, 0])
+
+
+@pytest.mark.parametrize("boot", [True, False])
+def test_truncation_bootstraps_only_when_asked(boot):
+    env = ScriptedEnv([1.0, 1.0], truncate=True)
+    w, net, store = _worker(env, t_max=5, boot_trunc=boot)
+    n, term, trunc, _ = w.rollout()
+    assert (n, term, trunc) == (2, False, True)
+    v_last = _value_of(net, np.array([0, 2], np.float32)) if boot else 0.0
+    np.testing.assert_allclose(net.calls[0]["returns"], [1 + 0.5 * (1 + 0.5 * v_last), 1 + 0.5 * v_last],
+                               rtol=1e-5)
+    assert store.episodes == [(2.0, 2)]
+
+
+def test_life_loss_is_terminal_for_learning_but_scores_whole_games():
+    env = ScriptedEnv([1.0, 2.0], lives=3)
+    w, net, store = _worker(env, t_max=5)
+    for _ in range(2):
+        w.rollout()
+        np.testing.assert_allclose(net.calls[-1]["returns"], [2.0, 2.0], rtol=1e-6)  # 1 + 0.5*2
+        assert store.episodes == []
+    w.rollout()
+    assert store.episodes == [(9.0, 6)]
+
+
+def test_reward_clip_and_fixed_scale():
+    env = ScriptedEnv([5.0, -3.0, 0.5])
+    w, net, store = _worker(env, t_max=5, gamma=1.0, reward_scale=2.0)
+    w.s = RolloutSettings(t_max=5, gamma=1.0, gae_lambda=1.0, reward_scale=2.0, reward_clip=1.0)
+    w.rollout()
+    np.testing.assert_allclose(net.calls[0]["returns"], [2 * (1 - 1 + 0.5), 2 * (-1 + 0.5), 1.0])
+    assert store.episodes == [(2.5, 3)]  # raw rewards are reported
+
+
+def test_thread_store_is_hogwild_on_shared_state_and_counts_skips():
+    net = build_network("mlp", (2,), 2, hidden=(8,), seed=0)
+    shared = SharedState(net.params, make_optimizer("sgd", net.n_params, lr=0.1))
+    got = []
+    store = ThreadStore(shared, ReturnNormalizer(0.99), lambda *a: got.append(a))
+    g = np.ones(net.n_params, np.float32)
+    store.apply(g, 0.0)
+    np.testing.assert_allclose(shared.params, net.params - 0.1, rtol=1e-6)
+    bad = g.copy()
+    bad[3] = np.nan
+    store.apply(bad, 0.0)
+    store.apply(bad, 0.0)
+    assert store.consecutive_skips == 2 and shared.skipped_updates == 2
+    store.apply(g, 0.0)
+    assert store.consecutive_skips == 0
+    local = np.zeros_like(shared.params)
+    store.pull(local)
+    np.testing.assert_array_equal(local, shared.params)
+    store.record_episode(1, 5.0, 7)
+    assert got == [(1, 5.0, 7, 1)]
+
+
+def test_worker_run_stops_at_total_steps_and_on_event():
+    env = ScriptedEnv([0.0] * 7)
+    w, net, store = _worker(env, t_max=3)
+    w.run(threading.Event(), total_steps=10)
+    assert store.steps >= 10 and store.steps < 13
+    stop = threading.Event()
+    stop.set()
+    before = store.steps
+    w.run(stop, total_steps=0)
+    assert store.steps == before
