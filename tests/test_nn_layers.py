@@ -35,18 +35,20 @@ def rng():
 # ---------------------------------------------------------------- ref vs FD
 
 
-@pytest.mark.parametrize("stride,c,o,k,hw", [(1, 1, 2, 3, (5, 6)), (2, 3, 4, 3, (7, 8)),
-                                             (4, 2, 3, 4, (12, 13))])
-def test_conv2d_ref_grad(rng, stride, c, o, k, hw):
+@pytest.mark.parametrize("stride,c,o,k,hw,pad", [(1, 1, 2, 3, (5, 6), 0), (2, 3, 4, 3, (7, 8), 0),
+                                                 (4, 2, 3, 4, (12, 13), 0),
+                                                 (2, 2, 3, 3, (6, 7), 1), (1, 1, 2, 2, (4, 5), 2)])
+def test_conv2d_ref_grad(rng, stride, c, o, k, hw, pad):
     x = rng.standard_normal((2, c, *hw))
     w = rng.standard_normal((o, c, k, k))
     b = rng.standard_normal(o)
-    out, cache = ref.conv2d_forward(x, w, b, stride)
+    out, cache = ref.conv2d_forward(x, w, b, stride, pad)
     dout = rng.standard_normal(out.shape)
     dx, dw, db = ref.conv2d_backward(dout, cache)
+    assert dx.shape == x.shape
 
     def f():
-        return np.sum(ref.conv2d_forward(x, w, b, stride)[0] * dout)
+        return np.sum(ref.conv2d_forward(x, w, b, stride, pad)[0] * dout)
     assert rel_err(dx, num_grad(f, x)) < 1e-6
     assert rel_err(dw, num_grad(f, w)) < 1e-6
     assert rel_err(db, num_grad(f, b)) < 1e-6
@@ -66,6 +68,26 @@ def test_conv2d_ref_matches_direct_loop(rng):
                     direct[s, q, y, xx] = np.sum(
                         x[s, :, 2 * y:2 * y + 3, 2 * xx:2 * xx + 2] * w[q]) + b[q]
     np.testing.assert_allclose(out, direct, rtol=1e-12, atol=1e-12)
+
+
+def test_conv2d_ref_padding_matches_direct_loop(rng):
+    """Padding 1, 3x3 stride 2 (the atari conv): 7x8 -> 4x4, zeros outside."""
+    x = rng.standard_normal((2, 3, 7, 8))
+    w = rng.standard_normal((4, 3, 3, 3))
+    b = rng.standard_normal(4)
+    out, _ = ref.conv2d_forward(x, w, b, 2, 1)
+    assert out.shape == (2, 4, 4, 4)
+    xp = np.zeros((2, 3, 9, 10))
+    xp[:, :, 1:8, 1:9] = x
+    direct = np.empty_like(out)
+    for s in range(2):
+        for q in range(4):
+            for y in range(4):
+                for xx in range(4):
+                    direct[s, q, y, xx] = np.sum(
+                        xp[s, :, 2 * y:2 * y + 3, 2 * xx:2 * xx + 3] * w[q]) + b[q]
+    np.testing.assert_allclose(out, direct, rtol=1e-12, atol=1e-12)
+    assert [ref.conv_out_size(n, 3, 2, 1) for n in (42, 21, 11, 6)] == [21, 11, 6, 3]
 
 
 def test_dense_ref_grad(rng):
@@ -196,20 +218,21 @@ def close(a, b, tol):
 
 
 @pytest.mark.parametrize("dt,tol", DTYPES)
-def test_im2col_col2im_kernels(rng, dt, tol):
-    x = rng.standard_normal((2, 3, 11, 10)).astype(dt)
-    kh = kw = 3
-    stride = 2
-    cols_ref = ref.im2col(x, kh, kw, stride)                  # columns (c, i, j)
+@pytest.mark.parametrize("c,k,stride,pad", [(3, 3, 2, 0), (3, 3, 2, 1), (1, 3, 2, 1),
+                                            (2, 4, 3, 2), (1, 8, 4, 0)])
+def test_im2col_col2im_kernels(rng, dt, tol, c, k, stride, pad):
+    x = rng.standard_normal((2, c, 11, 10)).astype(dt)
+    kh = kw = k
+    cols_ref = ref.im2col(x, kh, kw, stride, pad)             # columns (c, i, j)
     p = cols_ref.shape[0]
-    to_ijc = lambda a: a.reshape(p, 3, kh, kw).transpose(0, 2, 3, 1).reshape(p, -1)  # noqa
-    cols = np.empty_like(cols_ref)
-    K.im2col_nhwc(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), kh, kw, stride, cols)
+    to_ijc = lambda a: a.reshape(p, c, kh, kw).transpose(0, 2, 3, 1).reshape(p, -1)  # noqa
+    cols = np.full_like(cols_ref, np.nan)                     # padding taps must be written
+    K.im2col_nhwc(np.ascontiguousarray(x.transpose(0, 2, 3, 1)), kh, kw, stride, pad, cols)
     np.testing.assert_array_equal(cols, to_ijc(cols_ref))
     d = rng.standard_normal(cols.shape).astype(dt)             # (c, i, j) order
-    dx = np.full((2, 11, 10, 3), np.nan, dt)
-    K.col2im_nhwc(np.ascontiguousarray(to_ijc(d)), kh, kw, stride, dx)
-    close(dx.transpose(0, 3, 1, 2), ref.col2im(d, x.shape, kh, kw, stride), tol)
+    dx = np.full((2, 11, 10, c), np.nan, dt)
+    K.col2im_nhwc(np.ascontiguousarray(to_ijc(d)), kh, kw, stride, pad, dx)
+    close(dx.transpose(0, 3, 1, 2), ref.col2im(d, x.shape, kh, kw, stride, pad), tol)
 
 
 @pytest.mark.parametrize("dt,tol", DTYPES)
@@ -315,16 +338,7 @@ def test_heads_kernel_stable(dt, tol):
 
 @pytest.mark.parametrize("dt,tol", DTYPES)
 def test_step_kernels(rng, dt, tol):
-    # conv (single image), dense vec, LSTM cell, heads vs the ref layers
-    x = rng.random((3, 13, 12)).astype(dt)
-    w = rng.standard_normal((3, 3, 3, 3)).astype(dt)      # 27 taps: exercises the k % 4 tail
-    b = rng.standard_normal(3).astype(dt)
-    y_ref, _ = ref.elu_forward(ref.conv2d_forward(x[None], w, b, 3)[0][0])
-    oh, ow = y_ref.shape[1:]
-    y = np.empty((3, oh, ow), dt)
-    K.conv_act_single(x, w, b, 3, 0, np.empty((32, oh * ow), dt), y)
-    close(y, y_ref, tol)
-
+    # dense vec, LSTM cell, heads vs the ref layers
     v = rng.standard_normal(9).astype(dt)
     wd = rng.standard_normal((5, 9)).astype(dt)
     bd = rng.standard_normal(5).astype(dt)
@@ -352,28 +366,50 @@ def test_step_kernels(rng, dt, tol):
 
 
 @pytest.mark.parametrize("dt,tol", DTYPES)
-@pytest.mark.parametrize("shape,o,k,stride", [((1, 84, 84), 16, 8, 4), ((16, 20, 20), 32, 4, 2),
-                                              ((3, 13, 12), 5, 3, 3), ((2, 11, 9), 3, 4, 2)])
-def test_conv_single_variants(rng, dt, tol, shape, o, k, stride):
-    """The batch-1 conv kernels used by ``doom_step`` (space-to-depth axpys,
-    blocked dot products) vs ``ref.conv2d_forward`` + ELU."""
+@pytest.mark.parametrize("shape,o,k,stride,pad", [
+    ((1, 84, 84), 16, 8, 4, 0), ((16, 20, 20), 32, 4, 2, 0), ((3, 13, 12), 5, 3, 3, 0),
+    ((2, 11, 9), 3, 4, 2, 0), ((1, 42, 42), 32, 3, 2, 1), ((32, 6, 6), 32, 3, 2, 1),
+    ((3, 7, 8), 5, 3, 1, 2)])
+def test_conv_single_variants(rng, dt, tol, shape, o, k, stride, pad):
+    """The batch-1 conv kernels (blocked dot products with any padding;
+    space-to-depth axpys where ``k % stride == 0`` and no padding) vs
+    ``ref.conv2d_forward`` + ELU."""
     x = rng.standard_normal(shape).astype(dt)
     w = (rng.standard_normal((o, shape[0], k, k)) / k).astype(dt)
     b = rng.standard_normal(o).astype(dt)
-    y_ref, _ = ref.elu_forward(ref.conv2d_forward(x[None], w, b, stride)[0][0])
+    y_ref, _ = ref.elu_forward(ref.conv2d_forward(x[None], w, b, stride, pad)[0][0])
     oh, ow = y_ref.shape[1:]
     y = np.full((o, oh, ow), np.nan, dt)
-    K.conv_act_rows(x, w, b, stride, 0, np.empty((oh * ow, shape[0] * k * k), dt), y)
+    cols = np.full((oh * ow, shape[0] * k * k), np.nan, dt)
+    K.conv_act_rows(x, w, b, stride, pad, 0, cols, y)
     close(y, y_ref, tol)
-    xs_shape, acc_shape = K.conv_s2d_shapes(shape, k, stride)
+    shapes = K.conv_s2d_shapes(shape, o, k, stride)
+    if pad or shapes is None:
+        return
+    xs_shape, acc_shape, offs_shape, wtab_shape = shapes
     y[...] = np.nan
     xs = np.full(xs_shape, np.nan, dt)          # padding must be rewritten, not read stale
-    K.conv_act_s2d(x, w, b, stride, 0, xs, np.empty(acc_shape, dt), y)
+    wtab = np.full(wtab_shape, np.nan, dt)
+    offs = np.full(offs_shape, -1, np.int64)
+    K.conv_act_s2d(x, w, b, stride, 0, xs, np.empty(acc_shape, dt), offs, wtab, y)
     close(y, y_ref, tol)
 
 
 def test_conv_s2d_shapes_rejects_non_divisible_stride():
-    assert K.conv_s2d_shapes((1, 10, 10), 3, 2) is None
+    assert K.conv_s2d_shapes((1, 10, 10), 4, 3, 2) is None
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_all_finite_kernel(dt):
+    x = np.random.default_rng(0).random((2, 5, 7)).astype(dt)
+    assert K.all_finite(x) and np.isfinite(x).all()
+    for bad in (np.nan, np.inf, -np.inf):
+        for idx in ((0, 0, 0), (1, 4, 6), (1, 2, 3)):
+            y = x.copy()
+            y[idx] = bad
+            assert not K.all_finite(y), (bad, idx)
+    big = np.full(9, np.finfo(dt).max, dt)           # finite extremes are finite
+    assert K.all_finite(big) and K.all_finite(-big)
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])

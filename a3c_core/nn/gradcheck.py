@@ -3,7 +3,7 @@
 Python: ``gradcheck('doom-lstm', steps=3)`` -> ``{tensor: max_rel_err}``.
 CLI (wired as ``a3c gradcheck``)::
 
-    a3c gradcheck [--spec doom-lstm|doom-ff|mlp-lstm|mlp|all] [--steps T]
+    a3c gradcheck [--spec doom-lstm|doom-ff|atari-lstm|mlp-lstm|mlp|all] [--steps T]
                   [--seed S] [--tol 1e-6] [--eps 1e-4] [--max-entries N]
                   [--directions K]
 
@@ -41,7 +41,7 @@ import numpy as np
 
 from .network import SPECS, Network, build_network, network_from_spec
 
-DEFAULT_OBS = {"doom-lstm": (1, 84, 84), "doom-ff": (1, 84, 84),
+DEFAULT_OBS = {"doom-lstm": (1, 84, 84), "doom-ff": (1, 84, 84), "atari-lstm": (1, 42, 42),
                "mlp-lstm": (6,), "mlp": (6,)}
 TINY = 1e-10
 

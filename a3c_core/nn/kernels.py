@@ -21,8 +21,9 @@ Twins (kernel -> ref):
 * ``lstm_seq_forward`` / ``lstm_seq_backward`` -> ``ref.lstm_forward`` /
   ``ref.lstm_backward`` (input projection done outside with BLAS)
 * ``heads_loss``                      -> ``ref.dense_forward`` + ``ref.a3c_loss``
-* ``conv_act_single``, ``dense_act_vec``, ``lstm_cell_vec``, ``heads_vec``
-  and the fused ``doom_step`` / ``core_heads_step`` -> ref layers, batch 1.
+* ``conv_act_s2d``, ``conv_act_rows``, ``dense_act_vec``, ``lstm_cell_vec``,
+  ``heads_vec`` and the fused ``doom_step`` / ``core_heads_step`` -> ref
+  layers, batch 1;  ``all_finite`` -> ``np.isfinite(x).all()``.
 """
 from __future__ import annotations
 
@@ -256,22 +257,38 @@ def _gemv_t_add(w__oi, s__o, y__i):
 
 
 @kernel
-def im2col_nhwc(x__nhwc, kh, kw, stride, cols__pk):
+def im2col_nhwc(x__nhwc, kh, kw, stride, pad, cols__pk):
     """x ``(N,H,W,C)`` -> cols ``(N*OH*OW, kh*kw*C)``, column order (i, j, c):
     each kernel row is one contiguous run of ``kw*C`` input values.  Matches
     ``weight.transpose(0, 2, 3, 1).reshape(O, -1)`` of a PyTorch
-    ``(O,C,kh,kw)`` weight (``ref.im2col`` uses (c, i, j))."""
+    ``(O,C,kh,kw)`` weight (``ref.im2col`` uses (c, i, j)).  ``pad`` zeros
+    on every side (``OH = (H + 2 pad - kh) // stride + 1``)."""
     n, h, w, c = x__nhwc.shape
-    oh = (h - kh) // stride + 1
-    ow = (w - kw) // stride + 1
+    oh = (h + 2 * pad - kh) // stride + 1
+    ow = (w + 2 * pad - kw) // stride + 1
     run = kw * c
     k_len = kh * run
     xf = x__nhwc.reshape(x__nhwc.size)
     cf = cols__pk.reshape(cols__pk.size)
+    zero = cols__pk.dtype.type(0)
     for b in range(n):
         for y in range(oh):
             for xx in range(ow):
                 row = (b * oh + y) * ow + xx
+                if pad > 0:     # bounds-checked taps (zeros outside the image)
+                    for i in range(kh):
+                        r = y * stride + i - pad
+                        for j in range(kw):
+                            q = xx * stride + j - pad
+                            d0 = row * k_len + (i * kw + j) * c
+                            if r < 0 or r >= h or q < 0 or q >= w:
+                                for e in range(c):
+                                    cf[d0 + e] = zero
+                            else:
+                                s0 = ((b * h + r) * w + q) * c
+                                for e in range(c):
+                                    cf[d0 + e] = xf[s0 + e]
+                    continue
                 if c == 1:      # short runs (kw values): plain element loop is faster
                     for i in range(kh):
                         for j in range(kw):
@@ -285,24 +302,35 @@ def im2col_nhwc(x__nhwc, kh, kw, stride, cols__pk):
 
 
 @kernel
-def col2im_nhwc(dcols__pk, kh, kw, stride, dx__nhwc):
+def col2im_nhwc(dcols__pk, kh, kw, stride, pad, dx__nhwc):
     """Adjoint of :func:`im2col_nhwc`: dx ``(N,H,W,C)`` is overwritten.
 
     Loops (image, output row, kernel row) outermost so that each input row
     is one short-lived 1-D view receiving ``OW`` contiguous runs of
-    ``kw*C`` adds (simple unit-stride inner loop that LLVM vectorizes)."""
+    ``kw*C`` adds (simple unit-stride inner loop that LLVM vectorizes);
+    taps that fall in the ``pad`` border are dropped."""
     n, h, w, c = dx__nhwc.shape
-    oh = (h - kh) // stride + 1
-    ow = (w - kw) // stride + 1
+    oh = (h + 2 * pad - kh) // stride + 1
+    ow = (w + 2 * pad - kw) // stride + 1
     run = kw * c
     dx__nhwc[...] = 0
     for b in range(n):
         for y in range(oh):
             for i in range(kh):
-                dst = dx__nhwc[b, y * stride + i].reshape(w * c)
+                r = y * stride + i - pad
+                if r < 0 or r >= h:
+                    continue
+                dst = dx__nhwc[b, r].reshape(w * c)
                 s0 = i * run
                 for xx in range(ow):
                     src = dcols__pk[(b * oh + y) * ow + xx]
+                    if pad > 0:
+                        for j in range(kw):
+                            q = xx * stride + j - pad
+                            if q >= 0 and q < w:
+                                for e in range(c):
+                                    dst[q * c + e] += src[s0 + j * c + e]
+                        continue
                     d0 = xx * stride * c
                     for e in range(run):
                         dst[d0 + e] += src[s0 + e]
@@ -508,68 +536,32 @@ def heads_loss(h__th, wp__ah, bp__a, wv__1h, bv__1, actions__t, returns__t, adv_
 
 
 # ---------------------------------------------------------------------------
-# batch-1 step (inference): everything fused, no BLAS, no allocation
+# batch-1 step (inference): no BLAS; every scratch array is preallocated by the
+# network and passed in, so a step allocates nothing (``heads_loss`` and
+# ``bias_act_to_cp`` of the rollout path allocate one small scratch per call).
 
 
 @kernel(inline="always")
-def _conv_act_single(x__chw, w__ocij, b__o, stride, act, colt__kp, y__ohw):
-    """Transposed im2col ``colt (C*kh*kw, OH*OW)`` then, per output channel,
-    ``y[o, :] = sum_k w[o, k] * colt[k, :]`` as axpys over the contiguous
-    pixel axis (4 taps per pass): SIMD over pixels, no horizontal reductions,
-    and the live weight views are used as they are (no transposed copy)."""
-    c, h, w = x__chw.shape
-    o, _, kh, kw = w__ocij.shape
-    oh = (h - kh) // stride + 1
-    ow = (w - kw) // stride + 1
-    n_pix = oh * ow
-    k_len = c * kh * kw
-    for ch in range(c):
-        for i in range(kh):
-            for j in range(kw):
-                k = (ch * kh + i) * kw + j
-                for y in range(oh):
-                    src = y * stride + i
-                    for xx in range(ow):
-                        colt__kp[k, y * ow + xx] = x__chw[ch, src, xx * stride + j]
-    w2 = w__ocij.reshape(o, k_len)
-    y2 = y__ohw.reshape(o, n_pix)
-    k4 = k_len - k_len % 4
-    for q in range(o):
-        yq = y2[q]
-        bq = b__o[q]
-        for p in range(n_pix):
-            yq[p] = bq
-        for k in range(0, k4, 4):
-            s0 = w2[q, k]
-            s1 = w2[q, k + 1]
-            s2 = w2[q, k + 2]
-            s3 = w2[q, k + 3]
-            c0 = colt__kp[k]
-            c1 = colt__kp[k + 1]
-            c2 = colt__kp[k + 2]
-            c3 = colt__kp[k + 3]
-            for p in range(n_pix):
-                yq[p] += s0 * c0[p] + s1 * c1[p] + s2 * c2[p] + s3 * c3[p]
-        for k in range(k4, k_len):
-            s0 = w2[q, k]
-            c0 = colt__kp[k]
-            for p in range(n_pix):
-                yq[p] += s0 * c0[p]
-        zero = yq.dtype.type(0)
-        for p in range(n_pix):
-            yq[p] = _act(yq[p], act, zero)
+def _all_finite(x):
+    """True when no element of the contiguous array ``x`` is NaN or inf
+    (``v - v`` is 0 for finite ``v``, NaN otherwise; fastmath keeps NaN/inf)."""
+    xf = x.reshape(x.size)
+    acc = xf.dtype.type(0)
+    for i in range(xf.size):
+        acc += xf[i] - xf[i]
+    return acc == 0
 
 
 @kernel
-def conv_act_single(x__chw, w__ocij, b__o, stride, act, cols__pk, y__ohw):
-    """One image: ``y = act(conv2d(x, w, b, stride))``, channel-first in/out;
-    colt ``(C*kh*kw, OH*OW)`` is scratch."""
-    _conv_act_single(x__chw, w__ocij, b__o, stride, act, cols__pk, y__ohw)
+def all_finite(x):
+    """``np.isfinite(x).all()`` without allocating (x contiguous)."""
+    return _all_finite(x)
 
 
-def conv_s2d_shapes(in_shape, k, stride, pad_to=32):
-    """Scratch shapes ``(xs (C*s*s, plane), acc (M,))`` of :func:`conv_act_s2d`
-    for an input ``(C, H, W)``; ``None`` when ``k % stride != 0``."""
+def conv_s2d_shapes(in_shape, out_ch, k, stride, pad_to=32):
+    """Scratch shapes ``(xs (C*s*s, plane), acc (M,), offs (n4,), wtab (O, n4))``
+    of :func:`conv_act_s2d` for an input ``(C, H, W)`` and ``out_ch`` filters
+    of ``k x k``; ``None`` when ``k % stride != 0``.  ``offs`` is int64."""
     c, h, w = in_shape
     if k % stride:
         return None
@@ -578,13 +570,15 @@ def conv_s2d_shapes(in_shape, k, stride, pad_to=32):
     ws = ow + kd - 1
     mp = -(-(oh * ws) // pad_to) * pad_to
     plane = -(-(mp + (kd - 1) * (ws + 1)) // 8) * 8
-    return (c * stride * stride, plane), (mp,)
+    n4 = (c * stride * stride * kd * kd + 3) // 4 * 4
+    return (c * stride * stride, plane), (mp,), (n4,), (out_ch, n4)
 
 
 @kernel(inline="always")
-def _conv_act_s2d(x__chw, w__ocij, b__o, stride, act, xs__pm, acc__m, y__ohw):
+def _conv_act_s2d(x__chw, w__ocij, b__o, stride, act, xs__pm, acc__m, offs__t, wtab__ot,
+                  y__ohw):
     """Space-to-depth direct conv, one image (needs ``kh == kw``, ``kh % stride
-    == 0``; scratch from :func:`conv_s2d_shapes`).
+    == 0``, no padding; scratch from :func:`conv_s2d_shapes`).
 
     Plane ``(ch, a, b)`` of ``xs`` holds ``x[ch, s*Y + a, s*X + b]`` (row
     stride ``ws = OW + kd - 1``, ``kd = kh / s``), so every tap is an axpy
@@ -592,7 +586,10 @@ def _conv_act_s2d(x__chw, w__ocij, b__o, stride, act, xs__pm, acc__m, y__ohw):
     a stride-1 kd x kd conv, without an im2col gather (~3x fewer copies).
     Outputs are computed on the padded ``(OH, ws)`` grid, ``acc`` rounded up
     to 32 lanes so the vector loop has no scalar remainder; the junk columns
-    are dropped when ``act(acc)`` is written to ``y``."""
+    are dropped when ``act(acc)`` is written to ``y``.  The tap table
+    (``offs``: flat offset into ``xs``; ``wtab``: the matching weights, zero
+    padded to a multiple of 4 taps) is rebuilt from the live weight every
+    call, so it is never stale."""
     c, h, w = x__chw.shape
     o, _, kh, kw = w__ocij.shape
     oh = (h - kh) // stride + 1
@@ -616,11 +613,8 @@ def _conv_act_s2d(x__chw, w__ocij, b__o, stride, act, xs__pm, acc__m, y__ohw):
                 dst[yy * ws + xx] = src[stride * xx + bb]
         for m in range(hs * ws, pls):
             dst[m] = zero
-    # tap table: flat offset into xs and the matching weight, 4 taps per pass
     n_tap = n_pl * kd * kd
-    n4 = (n_tap + 3) // 4 * 4
-    offs = np.zeros(n4, np.int64)
-    wtab = np.zeros((o, n4), acc__m.dtype)
+    n4 = offs__t.shape[0]
     for t in range(n_tap):
         pl = t // (kd * kd)
         di = (t // kd) % kd
@@ -628,22 +622,26 @@ def _conv_act_s2d(x__chw, w__ocij, b__o, stride, act, xs__pm, acc__m, y__ohw):
         ch = pl // ss
         a = (pl // stride) % stride
         bb = pl % stride
-        offs[t] = pl * pls + di * ws + dj
+        offs__t[t] = pl * pls + di * ws + dj
         for q in range(o):
-            wtab[q, t] = w__ocij[q, ch, stride * di + a, stride * dj + bb]
+            wtab__ot[q, t] = w__ocij[q, ch, stride * di + a, stride * dj + bb]
+    for t in range(n_tap, n4):      # padding taps: weight 0 on plane 0
+        offs__t[t] = 0
+        for q in range(o):
+            wtab__ot[q, t] = zero
     xf = xs__pm.reshape(xs__pm.size)
     for q in range(o):
         for m in range(mp):
             acc__m[m] = b__o[q]
         for t in range(0, n4, 4):
-            s0 = wtab[q, t]
-            s1 = wtab[q, t + 1]
-            s2 = wtab[q, t + 2]
-            s3 = wtab[q, t + 3]
-            c0 = xf[offs[t]:offs[t] + mp]
-            c1 = xf[offs[t + 1]:offs[t + 1] + mp]
-            c2 = xf[offs[t + 2]:offs[t + 2] + mp]
-            c3 = xf[offs[t + 3]:offs[t + 3] + mp]
+            s0 = wtab__ot[q, t]
+            s1 = wtab__ot[q, t + 1]
+            s2 = wtab__ot[q, t + 2]
+            s3 = wtab__ot[q, t + 3]
+            c0 = xf[offs__t[t]:offs__t[t] + mp]
+            c1 = xf[offs__t[t + 1]:offs__t[t + 1] + mp]
+            c2 = xf[offs__t[t + 2]:offs__t[t + 2] + mp]
+            c3 = xf[offs__t[t + 3]:offs__t[t + 3] + mp]
             for m in range(mp):
                 acc__m[m] += s0 * c0[m] + s1 * c1[m] + s2 * c2[m] + s3 * c3[m]
         for yy in range(oh):
@@ -652,36 +650,48 @@ def _conv_act_s2d(x__chw, w__ocij, b__o, stride, act, xs__pm, acc__m, y__ohw):
 
 
 @kernel
-def conv_act_s2d(x__chw, w__ocij, b__o, stride, act, xs__pm, acc__m, y__ohw):
-    """One image: ``y = act(conv2d(x, w, b, stride))`` by space-to-depth;
-    same result as :func:`conv_act_single` (twin ``ref.conv2d_forward``)."""
-    _conv_act_s2d(x__chw, w__ocij, b__o, stride, act, xs__pm, acc__m, y__ohw)
+def conv_act_s2d(x__chw, w__ocij, b__o, stride, act, xs__pm, acc__m, offs__t, wtab__ot,
+                 y__ohw):
+    """One image: ``y = act(conv2d(x, w, b, stride))`` by space-to-depth
+    (twin ``ref.conv2d_forward``); scratch shapes from :func:`conv_s2d_shapes`."""
+    _conv_act_s2d(x__chw, w__ocij, b__o, stride, act, xs__pm, acc__m, offs__t, wtab__ot,
+                  y__ohw)
 
 
 @kernel(inline="always")
-def _conv_act_rows(x__chw, w__ocij, b__o, stride, act, cols__pk, y__ohw):
+def _conv_act_rows(x__chw, w__ocij, b__o, stride, pad, act, cols__pk, y__ohw):
     """Row-major im2col ``cols (OH*OW, C*kh*kw)`` (column order (c, i, j), the
-    live weight's own order), then ``y[q, p] = w[q] . cols[p]`` as blocks of
-    4 channels x 2 pixels: 8 vector accumulators, 6 loads per 8 FMAs, long
-    contiguous K loops (better than axpys when there are few pixels)."""
+    live weight's own order; taps in the ``pad`` border are 0), then
+    ``y[q, p] = w[q] . cols[p]`` as blocks of 4 channels x 2 pixels: 8 vector
+    accumulators, 6 loads per 8 FMAs, long contiguous K loops (better than
+    axpys when there are few pixels)."""
     c, h, w = x__chw.shape
     o, _, kh, kw = w__ocij.shape
-    oh = (h - kh) // stride + 1
-    ow = (w - kw) // stride + 1
+    oh = (h + 2 * pad - kh) // stride + 1
+    ow = (w + 2 * pad - kw) // stride + 1
     n_pix = oh * ow
     k_len = c * kh * kw
+    zero = y__ohw.dtype.type(0)
     for yy in range(oh):
         for xx in range(ow):
             p = yy * ow + xx
             for ch in range(c):
                 for i in range(kh):
-                    src = x__chw[ch, yy * stride + i]
                     d0 = (ch * kh + i) * kw
-                    for j in range(kw):
-                        cols__pk[p, d0 + j] = src[xx * stride + j]
+                    r = yy * stride + i - pad
+                    if pad == 0:
+                        src = x__chw[ch, r]
+                        for j in range(kw):
+                            cols__pk[p, d0 + j] = src[xx * stride + j]
+                    elif r < 0 or r >= h:
+                        for j in range(kw):
+                            cols__pk[p, d0 + j] = zero
+                    else:
+                        for j in range(kw):
+                            q = xx * stride + j - pad
+                            cols__pk[p, d0 + j] = x__chw[ch, r, q] if q >= 0 and q < w else zero
     w2 = w__ocij.reshape(o, k_len)
     y2 = y__ohw.reshape(o, n_pix)
-    zero = y2.dtype.type(0)
     o4 = o - o % 4
     p2 = n_pix - n_pix % 2
     for q in range(0, o4, 4):
@@ -729,10 +739,11 @@ def _conv_act_rows(x__chw, w__ocij, b__o, stride, act, cols__pk, y__ohw):
 
 
 @kernel
-def conv_act_rows(x__chw, w__ocij, b__o, stride, act, cols__pk, y__ohw):
-    """One image: ``y = act(conv2d(x, w, b, stride))`` by row-major im2col and
-    register-blocked dot products; cols ``(OH*OW, C*kh*kw)`` is scratch."""
-    _conv_act_rows(x__chw, w__ocij, b__o, stride, act, cols__pk, y__ohw)
+def conv_act_rows(x__chw, w__ocij, b__o, stride, pad, act, cols__pk, y__ohw):
+    """One image: ``y = act(conv2d(x, w, b, stride, pad))`` by row-major
+    im2col and register-blocked dot products; cols ``(OH*OW, C*kh*kw)`` is
+    scratch.  The generic batch-1 conv (any kernel, stride, padding)."""
+    _conv_act_rows(x__chw, w__ocij, b__o, stride, pad, act, cols__pk, y__ohw)
 
 
 @kernel(inline="always")
@@ -824,20 +835,22 @@ def core_heads_step(feat__i, use_lstm, w_ih, w_hh, b_ih, b_hh, h__h, c__h,
 
 @kernel
 def doom_step(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
-              c1w, c1b, s1, cols1, xs1, acc1, y1, c2w, c2b, s2, cols2, y2, fcw, fcb, feat, act,
-              use_lstm, w_ih, w_hh, b_ih, b_hh, gates__g, wp__ah, bp__a, wv__1h, bv__1):
+              c1w, c1b, s1, xs1, acc1, offs1, wtab1, y1, c2w, c2b, s2, cols2, y2, fcw, fcb,
+              feat, act, use_lstm, w_ih, w_hh, b_ih, b_hh, gates__g, wp__ah, bp__a, wv__1h,
+              bv__1):
     """The whole conv-conv-dense(-LSTM)-heads forward for one frame, fused in
-    one GIL-free call.  Scratch: cols1 (``conv_act_single`` layout), xs1/acc1
-    (``conv_s2d_shapes``; ``xs1`` with 0 rows selects ``conv_act_single``),
-    y1, cols2 (``conv_act_rows`` layout ``(OH*OW, C*kh*kw)``), y2, feat,
-    gates.  conv1 (many pixels, stride 4) runs by space-to-depth axpys, conv2
-    (81 pixels) by blocked dot products: each the faster form for its shape.
-    Returns the value; probs and (for LSTM) h_out/c_out are written."""
-    if xs1.shape[0] > 0:
-        _conv_act_s2d(obs__chw, c1w, c1b, s1, act, xs1, acc1, y1)
-    else:
-        _conv_act_single(obs__chw, c1w, c1b, s1, act, cols1, y1)
-    _conv_act_rows(y1, c2w, c2b, s2, act, cols2, y2)
+    one GIL-free call (the network picks it when its layer list is exactly
+    that shape, conv1 with ``k % stride == 0`` and no padding).  Scratch:
+    xs1/acc1/offs1/wtab1 (``conv_s2d_shapes``), y1, cols2 (``conv_act_rows``
+    layout ``(OH*OW, C*kh*kw)``), y2, feat, gates.  conv1 (many pixels,
+    stride 4) runs by space-to-depth axpys, conv2 (81 pixels) by blocked dot
+    products: each the faster form for its shape.  Returns the value; probs
+    and (for LSTM) h_out/c_out are written.  A non-finite observation is
+    not run: the return value is then NaN and nothing is written."""
+    if not _all_finite(obs__chw):
+        return np.nan
+    _conv_act_s2d(obs__chw, c1w, c1b, s1, act, xs1, acc1, offs1, wtab1, y1)
+    _conv_act_rows(y1, c2w, c2b, s2, 0, act, cols2, y2)
     _dense_act_vec(y2.reshape(y2.size), fcw, fcb, act, feat)
     if use_lstm:
         _lstm_cell_vec(feat, h__h, c__h, w_ih, w_hh, b_ih, b_hh,

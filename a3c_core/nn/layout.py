@@ -63,10 +63,6 @@ class ParamLayout:
         off, shape = self._entries[name]
         return slice(off, off + math.prod(shape))
 
-    def to_list(self) -> list[list]:
-        """JSON-able ``[[name, offset, [shape...]], ...]``."""
-        return [[n, o, list(s)] for n, (o, s) in self._entries.items()]
-
     # -- buffers -----------------------------------------------------------
     def new_flat(self, dtype=np.float32) -> np.ndarray:
         """A zeroed contiguous flat buffer of ``size`` elements."""

@@ -1,12 +1,25 @@
-"""Actor-critic networks over one flat parameter buffer.
+"""Actor-critic networks over one flat parameter buffer, built from a layer list.
 
-Specs (``build_network(spec, obs_shape, n_actions, **kwargs)``):
+A network is ``encoder -> core -> heads`` (Sample Factory's shape): a list of
+encoder layers (:class:`~a3c_core.nn.layers.Conv2d`, ``Dense``), an optional
+``LSTM`` core and the policy/value ``Heads`` (see :mod:`a3c_core.nn.layers`;
+each layer owns its layout entries, init, batched forward/backward, FLOP
+count and reference twin).  ``net.layers`` is that list; the rollout path,
+:func:`ref_forward_loss`, the FLOP counter (``a3c_core.bench.flops``),
+gradcheck and the torch twin (``a3c_core.nn.torch_twin``) all iterate it.
 
-* ``doom-lstm`` (images ``(C, H, W)``): conv1 16x8x8/4 + ELU, conv2 32x4x4/2 +
-  ELU, flatten (PyTorch C,H,W order), fc 256 + ELU, LSTM 256, policy dense
-  256->A + softmax, value dense 256->1.  kwargs: ``fc_size=256``,
-  ``lstm_size=256``, ``activation='elu'``.
+Specs (``build_network(spec, obs_shape, n_actions, **kwargs)``; a spec is a
+few lines in :data:`_SPEC_TABLE`):
+
+* ``doom-lstm`` (images ``(C, H, W)``, H, W >= 20): conv1 16x8x8/4 + ELU,
+  conv2 32x4x4/2 + ELU, flatten (PyTorch C,H,W order), fc 256 + ELU, LSTM
+  256, policy dense 256->A + softmax, value dense 256->1.  kwargs:
+  ``fc_size=256``, ``lstm_size=256``, ``activation='elu'``.
 * ``doom-ff``: the same without the LSTM (kwargs ``fc_size``, ``activation``).
+* ``atari-lstm`` (images ``(C, H, W)``, universe-starter-agent / pytorch-a3c,
+  standard input ``(1, 42, 42)``): conv1..conv4 32x3x3/2 padding 1 + ELU
+  (42->21->11->6->3), flatten (288), LSTM 256, heads.  kwargs
+  ``lstm_size=256``, ``activation='elu'``.
 * ``mlp-lstm`` (vectors ``(D,)``): ``fc1..fcN`` (``hidden=(64, 64)``) + ELU
   (or ``activation='relu'``), LSTM ``lstm_size=64``, heads.
 * ``mlp``: the same without the LSTM.
@@ -16,89 +29,65 @@ Tensor names and shapes follow PyTorch (``conv1.weight (16,1,8,8)``,
 ``value.weight (1,H)``) so weights move both ways.
 
 Initialisation (seeded ``np.random.default_rng(seed)``, drawn in float64 then
-cast, so float32 and float64 nets with one seed agree): conv/dense weights and
-biases ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` (PyTorch default); LSTM weights
-``U(-1/sqrt(H), 1/sqrt(H))`` with ZERO biases (no forget-bias offset, so a
-PyTorch LSTM gets the same function from these weights); heads
-normalized-columns init (each output unit's weight row has norm 0.01 for the
-policy, 1.0 for the value) with zero bias.
+cast, so float32 and float64 nets with one seed agree; layers draw in layout
+order): conv/dense weights and biases ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``
+(PyTorch default); LSTM weights ``U(-1/sqrt(H), 1/sqrt(H))`` with ZERO biases
+(no forget-bias offset, so a PyTorch LSTM gets the same function from these
+weights); heads normalized-columns init (each output unit's weight row has
+norm 0.01 for the policy, 1.0 for the value) with zero bias.
 
 Execution:
 
-* ``step`` (batch 1, once per env step): for conv specs the whole forward is
-  ONE fused Numba call (``kernels.doom_step``) over the live weight views -
-  no transposed copies, so nothing goes stale when params change; for MLP
-  specs one call per hidden layer plus one for LSTM+heads.
-* ``loss_and_grad`` (a rollout of T steps): conv and dense layers run batched
-  over T with numpy BLAS GEMMs (which release the GIL); im2col/col2im, bias +
-  activation, the LSTM recurrence (forward and BPTT) and heads + A3C loss run
-  in Numba kernels.  im2col columns are ordered (i, j, c) over channels-last
-  activations (contiguous runs); the conv weights are permuted to match into
-  scratch at the start of every call (8K values; never stale) and dW is
-  permuted back into the PyTorch layout.  Scratch buffers are preallocated per network (grown when
-  a longer rollout arrives); a network must be used by one thread at a time.
+* ``step`` (batch 1, once per env step): when the encoder is exactly
+  conv(k % stride == 0, no padding) -> conv -> dense (the doom specs) the
+  whole forward is ONE fused Numba call (``kernels.doom_step``); otherwise
+  one nogil kernel per encoder layer (``conv_act_rows``, ``dense_act_vec``)
+  plus one for LSTM + heads.  All read the live weight views (nothing goes
+  stale when params change) and write preallocated scratch: a step allocates
+  only its outputs.  A NaN/inf observation raises ``ValueError`` (checked
+  inside the compiled path).
+* ``loss_and_grad`` (a rollout of T steps): every layer runs batched over T
+  (conv/dense GEMMs in BLAS, which releases the GIL; im2col/col2im, bias +
+  activation, the LSTM recurrence and BPTT, heads + A3C loss in Numba).
+  Activations stay in per-layer workspace rows indexed by t; the workspace
+  is preallocated per network and grown when a longer rollout arrives.
+
+Threads: a Network's scratch is not shared-safe.  Use ONE Network object per
+thread; :meth:`Network.fork` gives another thread its own scratch over the
+SAME parameter buffer (views, no copy).
 """
 from __future__ import annotations
-
-import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from . import kernels as K
-from . import ref
+from .layers import LSTM, Conv2d, Dense, Heads
 from .layout import ParamLayout
 
-SPECS = ("doom-lstm", "doom-ff", "mlp-lstm", "mlp")
-_SPEC_KWARGS = {
-    "doom-lstm": {"fc_size": 256, "lstm_size": 256, "activation": "elu"},
-    "doom-ff": {"fc_size": 256, "activation": "elu"},
-    "mlp-lstm": {"hidden": (64, 64), "lstm_size": 64, "activation": "elu"},
-    "mlp": {"hidden": (64, 64), "activation": "elu"},
+# name -> (encoder builder, recurrent, default kwargs)
+_SPEC_TABLE = {
+    "doom-lstm": ("doom", True, {"fc_size": 256, "lstm_size": 256, "activation": "elu"}),
+    "doom-ff": ("doom", False, {"fc_size": 256, "activation": "elu"}),
+    "atari-lstm": ("atari", True, {"lstm_size": 256, "activation": "elu"}),
+    "mlp-lstm": ("mlp", True, {"hidden": (64, 64), "lstm_size": 64, "activation": "elu"}),
+    "mlp": ("mlp", False, {"hidden": (64, 64), "activation": "elu"}),
 }
-# conv stack of the doom specs: (name, out_channels, kernel, stride)
-_DOOM_CONVS = (("conv1", 16, 8, 4), ("conv2", 32, 4, 2))
-
-
-@dataclass(frozen=True)
-class _Conv:
-    name: str
-    in_shape: tuple   # (C, H, W)
-    out_ch: int
-    k: int
-    stride: int
-
-    @property
-    def out_hw(self):
-        _, h, w = self.in_shape
-        return (ref.conv_out_size(h, self.k, self.stride),
-                ref.conv_out_size(w, self.k, self.stride))
-
-    @property
-    def n_pix(self):
-        oh, ow = self.out_hw
-        return oh * ow
-
-    @property
-    def n_col(self):
-        return self.in_shape[0] * self.k * self.k
-
-
-@dataclass(frozen=True)
-class _Dense:
-    name: str
-    n_in: int
-    n_out: int
+SPECS = tuple(_SPEC_TABLE)
+# conv stacks: (name, out_channels, kernel, stride, padding)
+_CONV_STACKS = {
+    "doom": (("conv1", 16, 8, 4, 0), ("conv2", 32, 4, 2, 0)),
+    "atari": tuple((f"conv{i}", 32, 3, 2, 1) for i in range(1, 5)),
+}
 
 
 def _spec_error(msg):
     return ValueError(f"{msg}; valid specs: {', '.join(SPECS)} "
-                      "(doom-* take image obs_shape (C, H, W) with H, W >= 20; "
-                      "mlp* take vector obs_shape (D,))")
+                      "(doom-* take image obs_shape (C, H, W) with H, W >= 20, atari-lstm "
+                      "any (C, H, W) (standard (1, 42, 42)); mlp* take vector obs_shape (D,))")
 
 
 def _resolve_kwargs(name, kwargs):
-    defaults = _SPEC_KWARGS[name]
+    defaults = _SPEC_TABLE[name][2]
     bad = sorted(set(kwargs) - set(defaults))
     if bad:
         raise ValueError(f"spec {name!r}: unknown option(s) {bad}; "
@@ -124,18 +113,62 @@ def _resolve_kwargs(name, kwargs):
     return out
 
 
-def _normalized_columns(rng, shape, std):
-    """Each output row (PyTorch ``(out, in)`` layout) gets L2 norm ``std``."""
-    w = rng.standard_normal(shape)
-    return w * (std / np.sqrt(np.square(w).sum(axis=1, keepdims=True)))
+def build_layers(name, obs_shape, n_actions, kw):
+    """``(encoder list, core LSTM or None, heads)`` of spec ``name``."""
+    family, recurrent, _ = _SPEC_TABLE[name]
+    act = kw["activation"]
+    encoder = []
+    if family in _CONV_STACKS:
+        if len(obs_shape) != 3 or min(obs_shape) < 1:
+            raise _spec_error(f"spec {name!r} needs an image obs_shape (C, H, W), "
+                              f"got {obs_shape}")
+        stack = _CONV_STACKS[family]
+        shape = obs_shape
+        for i, (cname, out_ch, k, s, pad) in enumerate(stack):
+            conv = Conv2d(cname, shape, out_ch, k, s, pad, act, nchw_in=(i == 0),
+                          flatten_out=(i == len(stack) - 1))
+            if min(conv.out_hw) < 1:
+                raise _spec_error(
+                    f"spec {name!r}: obs_shape {obs_shape} is too small for {cname} "
+                    f"({k}x{k} stride {s} padding {pad} on a {shape[1]}x{shape[2]} map)")
+            encoder.append(conv)
+            shape = conv.out_shape
+        n_in = encoder[-1].n_out
+        if "fc_size" in kw:
+            encoder.append(Dense("fc", n_in, kw["fc_size"], act))
+    else:
+        if len(obs_shape) != 1 or obs_shape[0] < 1:
+            raise _spec_error(f"spec {name!r} needs a vector obs_shape (D,), "
+                              f"got {obs_shape}")
+        n_in = obs_shape[0]
+        for i, h in enumerate(kw["hidden"], 1):
+            encoder.append(Dense(f"fc{i}", n_in, h, act))
+    n_feat = encoder[-1].n_out
+    core = LSTM(n_feat, kw["lstm_size"]) if recurrent else None
+    heads = Heads(core.hidden if core else n_feat, n_actions)
+    return encoder, core, heads
+
+
+def _fused_doom_step_fits(encoder):
+    """The layer list ``doom_step`` computes: conv (k % stride == 0, no
+    padding) -> conv (no padding) -> dense, same activation."""
+    if len(encoder) != 3 or [L.kind for L in encoder] != ["conv", "conv", "dense"]:
+        return False
+    c1, c2, d = encoder
+    return (c1.k % c1.stride == 0 and c1.pad == 0 and c2.pad == 0
+            and c1.act == c2.act == d.act)
 
 
 class Network:
     """An actor-critic network; see the module docstring.
 
     Attributes: ``params``/``grads`` (flat, ``dtype``; copy into them, never
-    rebind), ``layout``, ``spec`` (JSON-able), ``n_params``, ``dtype``,
-    ``obs_shape``, ``n_actions``, ``recurrent``.
+    rebind), ``layout``, ``spec`` (JSON-able), ``layers`` (encoder + core +
+    heads), ``encoder``, ``core``, ``heads``, ``n_params``, ``dtype``,
+    ``obs_shape``, ``n_actions``, ``recurrent``, ``lstm_size``.
+
+    One Network object per thread: ``step``/``loss_and_grad`` use the
+    object's scratch.  Use :meth:`fork` for another thread.
     """
 
     def __init__(self, name, obs_shape, n_actions, kwargs, dtype=np.float32, seed=0):
@@ -156,123 +189,67 @@ class Network:
         self.n_actions = n_actions
         self.spec = {"name": name, "obs_shape": list(obs_shape), "n_actions": n_actions,
                      "kwargs": kw, "dtype": self._dtype.name}
-        self._act = K.ACT_CODES[kw["activation"]]
-        self._build_arch(name, obs_shape, kw)
-        self._build_layout()
-        self._params = self.layout.new_flat(self._dtype)
+        self.encoder, self.core, self.heads = build_layers(name, obs_shape, n_actions, kw)
+        self.layers = self.encoder + ([self.core] if self.core else []) + [self.heads]
+        self.recurrent = self.core is not None
+        self.lstm_size = self.core.hidden if self.core else 0
+        self.n_features = self.encoder[-1].n_out
+        self.layout = ParamLayout(e for L in self.layers for e in L.param_shapes())
+        self._setup_buffers(self.layout.new_flat(self._dtype))
+        rng = np.random.default_rng(seed)
+        for layer in self.layers:
+            layer.init(self._p, rng)
+
+    def _setup_buffers(self, params):
+        """Every per-object buffer (grads, scratch, workspace) is made here,
+        over the parameter buffer ``params`` (shared by forks)."""
+        self._params = params
         self._grads = self.layout.new_flat(self._dtype)
         self._p = self.layout.views(self._params)
         self._g = self.layout.views(self._grads)
-        self._init_params(seed)
         self._build_step()
+        self._ws = None
         self._ws_t = 0
+        self._last_t = 0
+
+    def fork(self) -> "Network":
+        """A new Network over the SAME ``params`` buffer (no copy: an update
+        through either is seen by both) with its own grads and scratch, for
+        use from another thread."""
+        twin = object.__new__(Network)
+        twin.__dict__.update(self.__dict__)
+        twin._setup_buffers(self._params)
+        return twin
 
     # ------------------------------------------------------------------ build
-    def _build_arch(self, name, obs_shape, kw):
-        self.convs: list[_Conv] = []
-        self.denses: list[_Dense] = []
-        if name.startswith("doom"):
-            if len(obs_shape) != 3 or min(obs_shape) < 1:
-                raise _spec_error(f"spec {name!r} needs an image obs_shape (C, H, W), "
-                                  f"got {obs_shape}")
-            shape = obs_shape
-            for cname, out_ch, k, s in _DOOM_CONVS:
-                conv = _Conv(cname, shape, out_ch, k, s)
-                if min(conv.out_hw) < 1:
-                    raise _spec_error(
-                        f"spec {name!r}: obs_shape {obs_shape} is too small for {cname} "
-                        f"({k}x{k} stride {s} on a {shape[1]}x{shape[2]} map)")
-                self.convs.append(conv)
-                shape = (out_ch, *conv.out_hw)
-            n_in = math.prod(shape)
-            self.denses.append(_Dense("fc", n_in, kw["fc_size"]))
-        else:
-            if len(obs_shape) != 1 or obs_shape[0] < 1:
-                raise _spec_error(f"spec {name!r} needs a vector obs_shape (D,), "
-                                  f"got {obs_shape}")
-            n_in = obs_shape[0]
-            for i, h in enumerate(kw["hidden"], 1):
-                self.denses.append(_Dense(f"fc{i}", n_in, h))
-                n_in = h
-        self.n_features = self.denses[-1].n_out
-        self.lstm_size = kw.get("lstm_size", 0) if name.endswith("lstm") else 0
-        self.recurrent = self.lstm_size > 0
-        self.n_top = self.lstm_size if self.recurrent else self.n_features
-
-    def _build_layout(self):
-        lay = ParamLayout()
-        for c in self.convs:
-            lay.add(f"{c.name}.weight", (c.out_ch, c.in_shape[0], c.k, c.k))
-            lay.add(f"{c.name}.bias", (c.out_ch,))
-        for d in self.denses:
-            lay.add(f"{d.name}.weight", (d.n_out, d.n_in))
-            lay.add(f"{d.name}.bias", (d.n_out,))
-        if self.recurrent:
-            hd = self.lstm_size
-            lay.add("lstm.weight_ih", (4 * hd, self.n_features))
-            lay.add("lstm.weight_hh", (4 * hd, hd))
-            lay.add("lstm.bias_ih", (4 * hd,))
-            lay.add("lstm.bias_hh", (4 * hd,))
-        lay.add("policy.weight", (self.n_actions, self.n_top))
-        lay.add("policy.bias", (self.n_actions,))
-        lay.add("value.weight", (1, self.n_top))
-        lay.add("value.bias", (1,))
-        self.layout = lay
-
-    def _init_params(self, seed):
-        rng = np.random.default_rng(seed)
-        p = self._p
-        for c in self.convs:
-            bound = 1 / math.sqrt(c.n_col)
-            p[f"{c.name}.weight"][...] = rng.uniform(-bound, bound, p[f"{c.name}.weight"].shape)
-            p[f"{c.name}.bias"][...] = rng.uniform(-bound, bound, c.out_ch)
-        for d in self.denses:
-            bound = 1 / math.sqrt(d.n_in)
-            p[f"{d.name}.weight"][...] = rng.uniform(-bound, bound, (d.n_out, d.n_in))
-            p[f"{d.name}.bias"][...] = rng.uniform(-bound, bound, d.n_out)
-        if self.recurrent:
-            bound = 1 / math.sqrt(self.lstm_size)
-            for key in ("lstm.weight_ih", "lstm.weight_hh"):
-                p[key][...] = rng.uniform(-bound, bound, p[key].shape)
-            p["lstm.bias_ih"][...] = 0
-            p["lstm.bias_hh"][...] = 0
-        p["policy.weight"][...] = _normalized_columns(rng, p["policy.weight"].shape, 0.01)
-        p["policy.bias"][...] = 0
-        p["value.weight"][...] = _normalized_columns(rng, p["value.weight"].shape, 1.0)
-        p["value.bias"][...] = 0
-
     def _build_step(self):
         """Preallocate batch-1 scratch and the constant argument tuples."""
         dt, p = self._dtype, self._p
         hd = max(self.lstm_size, 1)
         self._gates1 = np.empty(4 * hd, dt)
         if self.recurrent:
-            lstm = (p["lstm.weight_ih"], p["lstm.weight_hh"], p["lstm.bias_ih"], p["lstm.bias_hh"])
+            lstm = self.core.step_args(p)
+            self._dummy_h = None
         else:
             lstm = (np.zeros((4, 1), dt), np.zeros((4, 1), dt), np.zeros(4, dt), np.zeros(4, dt))
             self._dummy_h = np.zeros(1, dt)
-        heads = (p["policy.weight"], p["policy.bias"], p["value.weight"], p["value.bias"])
-        if self.convs:
-            c1, c2 = self.convs
-            d = self.denses[0]
-            s2d = K.conv_s2d_shapes(c1.in_shape, c1.k, c1.stride)
-            if s2d is None:           # conv1 stride does not divide its kernel
-                s2d = ((0, 1), (1,))
-            xs1, acc1 = np.empty(s2d[0], dt), np.empty(s2d[1], dt)
-            cols1 = np.empty((c1.n_col, c1.n_pix) if s2d[0][0] == 0 else (0, 1), dt)
-            y1 = np.empty((c1.out_ch, *c1.out_hw), dt)
+        heads = self.heads.step_args(p)
+        self._fused = _fused_doom_step_fits(self.encoder)
+        if self._fused:
+            c1, c2, d = self.encoder
+            xs1, acc1, offs1, wtab1 = K.conv_s2d_shapes(c1.in_shape, c1.out_ch, c1.k, c1.stride)
+            y1 = np.empty(c1.out_shape, dt)
             cols2 = np.empty((c2.n_pix, c2.n_col), dt)
-            y2 = np.empty((c2.out_ch, *c2.out_hw), dt)
-            self._feat1 = np.empty(d.n_out, dt)
+            y2 = np.empty(c2.out_shape, dt)
+            feat = np.empty(d.n_out, dt)
             self._step_static = (
-                p["conv1.weight"], p["conv1.bias"], c1.stride, cols1, xs1, acc1, y1,
-                p["conv2.weight"], p["conv2.bias"], c2.stride, cols2, y2,
-                p["fc.weight"], p["fc.bias"], self._feat1, self._act,
+                p[c1.name + ".weight"], p[c1.name + ".bias"], c1.stride, np.empty(xs1, dt),
+                np.empty(acc1, dt), np.empty(offs1, np.int64), np.empty(wtab1, dt), y1,
+                p[c2.name + ".weight"], p[c2.name + ".bias"], c2.stride, cols2, y2,
+                p[d.name + ".weight"], p[d.name + ".bias"], feat, K.ACT_CODES[d.act],
                 self.recurrent, *lstm, self._gates1, *heads)
         else:
-            self._mlp_bufs = [np.empty(d.n_out, dt) for d in self.denses]
-            self._mlp_layers = [(p[f"{d.name}.weight"], p[f"{d.name}.bias"], self._act, buf)
-                                for d, buf in zip(self.denses, self._mlp_bufs)]
+            self._step_chain = [L.step_call(p, dt) for L in self.encoder]
             self._core_static = (self.recurrent, *lstm)
             self._heads_static = heads
 
@@ -349,7 +326,8 @@ class Network:
         """One observation ``obs_shape`` -> ``(probs (A,), value float, new_state)``.
 
         ``new_state`` is a new ``(h, c)`` tuple (LSTM) or ``None``; the input
-        state is never modified.
+        state is never modified.  Raises ``ValueError`` when ``obs`` holds a
+        NaN or inf (before anything is computed).
         """
         dt = self._dtype
         if not (type(obs) is np.ndarray and obs.dtype == dt and obs.flags.c_contiguous):
@@ -365,195 +343,75 @@ class Network:
         else:
             h = c = h_out = c_out = self._dummy_h
             new_state = None
-        if self.convs:
+        if self._fused:
             value = K.doom_step(obs, h, c, h_out, c_out, probs, *self._step_static)
+            if value != value and not K.all_finite(obs):    # NaN value: bad input?
+                raise _bad_obs()
         else:
+            if not K.all_finite(obs):
+                raise _bad_obs()
             x = obs
-            for w, b, act, buf in self._mlp_layers:
-                K.dense_act_vec(x, w, b, act, buf)
-                x = buf
+            for kern, args, out in self._step_chain:
+                kern(x, *args)
+                x = out
             value = K.core_heads_step(x, *self._core_static, h, c, self._gates1, h_out, c_out,
                                       *self._heads_static, probs)
         return probs, value, new_state
 
     # ---------------------------------------------------------- rollout path
     def _workspace(self, t_len):
-        """Grow the rollout scratch to hold ``t_len`` steps."""
+        """Grow the rollout scratch to hold ``t_len`` steps (one dict per layer)."""
         if t_len <= self._ws_t:
             return
         t_cap = max(t_len, 20)
-        dt = self._dtype
-        ws = {}
-        for c in self.convs:
-            rows = t_cap * c.n_pix
-            ws[c.name + ".cols"] = np.empty((rows, c.n_col), dt)
-            ws[c.name + ".z"] = np.empty((rows, c.out_ch), dt)      # pre-act/act, NHWC
-            ws[c.name + ".dz"] = np.empty((rows, c.out_ch), dt)
-            ws[c.name + ".gw"] = np.empty((c.out_ch, c.n_col), dt)   # dW in (i, j, c)
-            ws[c.name + ".w_ijc"] = np.empty((c.out_ch, c.n_col), dt)
-        if self.convs:
-            c = self.convs[-1]
-            ws["flat"] = np.empty((t_cap, c.out_ch * c.n_pix), dt)   # NCHW flatten
-            ws["dflat"] = np.empty((t_cap, c.out_ch * c.n_pix), dt)
-            for c in self.convs[1:]:
-                ws[c.name + ".dcols"] = np.empty((t_cap * c.n_pix, c.n_col), dt)
-            for c_prev in self.convs[:-1]:
-                ws[c_prev.name + ".dy"] = np.empty((t_cap * c_prev.n_pix, c_prev.out_ch), dt)
-        else:
-            ws["obs"] = np.empty((t_cap, self.obs_shape[0]), dt)
-        for d in self.denses:
-            ws[d.name + ".y"] = np.empty((t_cap, d.n_out), dt)
-            ws[d.name + ".dy"] = np.empty((t_cap, d.n_out), dt)
-        if self.recurrent:
-            hd = self.lstm_size
-            ws["gx"] = np.empty((t_cap, 4 * hd), dt)
-            ws["gates"] = np.empty((t_cap, 4 * hd), dt)
-            ws["da"] = np.empty((t_cap, 4 * hd), dt)
-            ws["hs"] = np.empty((t_cap + 1, hd), dt)
-            ws["cs"] = np.empty((t_cap + 1, hd), dt)
-            self._zero_h = np.zeros(hd, dt)
-            self.last_dstate = (np.zeros(hd, dt), np.zeros(hd, dt))
-        ws["probs"] = np.empty((t_cap, self.n_actions), dt)
-        ws["values"] = np.empty(t_cap, dt)
-        ws["dtop"] = np.empty((t_cap, self.n_top), dt)
-        self._ws = ws
+        self._ws = [layer.workspace(t_cap, self._dtype) for layer in self.layers]
         self._ws_t = t_cap
-
-    def _w_ijc(self, c):
-        """Conv weight ``(O,C,kh,kw)`` copied to ``(O, kh*kw*C)`` (im2col order)."""
-        out = self._ws[c.name + ".w_ijc"]
-        out.reshape(c.out_ch, c.k, c.k, -1)[...] = \
-            self._p[c.name + ".weight"].transpose(0, 2, 3, 1)
-        return out
 
     def _run(self, obs, actions, returns, advantages, state, value_coef, entropy_beta,
              backward):
         dt = self._dtype
-        t_len = obs.shape[0]
+        obs = np.asarray(obs)
+        t_len = obs.shape[0] if obs.ndim else 0
         if obs.shape[1:] != self.obs_shape:
             raise ValueError(f"obs must have shape (T, *{self.obs_shape}), got {obs.shape}")
         if t_len < 1:
             raise ValueError("rollout must have at least one step")
-        self._workspace(t_len)
-        self._last_t = t_len
-        ws, p, g = self._ws, self._p, self._g
         actions = np.ascontiguousarray(actions, dtype=np.int64)
         if actions.shape != (t_len,) or actions.min() < 0 or actions.max() >= self.n_actions:
             raise ValueError(f"actions must be {t_len} ints in [0, {self.n_actions})")
         returns = np.ascontiguousarray(returns, dtype=dt).reshape(t_len)
         advantages = np.ascontiguousarray(advantages, dtype=dt).reshape(t_len)
-        act = self._act
-
-        # ---- forward: convs (NHWC, batched GEMM), dense layers, LSTM, heads
-        conv_in = []                      # per conv: its NHWC input
-        conv_w = []                       # per conv: weight as (O, kh*kw*C)
-        if self.convs:
-            c0, h0_, w0_ = self.obs_shape
-            x = np.ascontiguousarray(obs, dtype=dt)
-            x_nhwc = x.reshape(t_len, h0_, w0_, 1) if c0 == 1 else \
-                np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-            last = len(self.convs) - 1
-            for li, c in enumerate(self.convs):
-                rows = t_len * c.n_pix
-                cols = ws[c.name + ".cols"][:rows]
-                z = ws[c.name + ".z"][:rows]
-                K.im2col_nhwc(x_nhwc, c.k, c.k, c.stride, cols)
-                conv_in.append(x_nhwc)
-                # im2col columns are (i, j, c): use the weight in that order
-                # (a fresh 1-8K element permuted copy per call, so never stale)
-                w_ijc = self._w_ijc(c)
-                conv_w.append(w_ijc)
-                np.dot(cols, w_ijc.T, out=z)
-                if li < last:
-                    K.bias_act(z, p[c.name + ".bias"], act)
-                    x_nhwc = z.reshape(t_len, *c.out_hw, c.out_ch)
-                else:
-                    flat = ws["flat"][:t_len]
-                    K.bias_act_to_cp(z.reshape(t_len, c.n_pix, c.out_ch), p[c.name + ".bias"],
-                                     act, flat.reshape(t_len, c.out_ch, c.n_pix))
-                    x = flat
-        else:
-            x = ws["obs"][:t_len]
-            x[...] = obs.reshape(t_len, -1)
-        dense_in = []
-        for d in self.denses:
-            y = ws[d.name + ".y"][:t_len]
-            np.dot(x, p[d.name + ".weight"].T, out=y)
-            K.bias_act(y, p[d.name + ".bias"], act)
-            dense_in.append(x)
-            x = y
-        feat = x
         if self.recurrent:
             h0, c0 = self._state_arrays(state)
-            gx = ws["gx"][:t_len]
-            gates = ws["gates"][:t_len]
-            hs = ws["hs"][:t_len + 1]
-            cs = ws["cs"][:t_len + 1]
-            hs[0] = h0
-            cs[0] = c0
-            np.dot(feat, p["lstm.weight_ih"].T, out=gx)
-            K.lstm_seq_forward(gx, p["lstm.weight_hh"], p["lstm.bias_ih"], p["lstm.bias_hh"],
-                               hs, cs, gates)
-            top = hs[1:]
-        else:
-            top = feat
-        probs = ws["probs"][:t_len]
-        values = ws["values"][:t_len]
-        dtop = ws["dtop"][:t_len]
-        pl, vl, ent = K.heads_loss(
-            top, p["policy.weight"], p["policy.bias"], p["value.weight"], p["value.bias"],
-            actions, returns, advantages, float(value_coef), float(entropy_beta),
-            probs, values, dtop, g["policy.weight"], g["policy.bias"],
-            g["value.weight"], g["value.bias"])
-        stats = {"policy_loss": float(pl), "value_loss": float(vl), "entropy": float(ent),
-                 "loss": float(pl + value_coef * vl - entropy_beta * ent)}
+        self._workspace(t_len)
+        self._last_t = t_len
+        ws, p, g = self._ws, self._p, self._g
+        n_enc = len(self.encoder)
+
+        # ---- forward: encoder layers, core, heads + loss (+ head grads)
+        x = np.ascontiguousarray(obs, dtype=dt)
+        inputs = []
+        for layer, lws in zip(self.encoder, ws):
+            inputs.append(x)
+            x = layer.forward(lws, p, x, t_len)
+        feat = x
+        top = self.core.forward(ws[n_enc], p, feat, t_len, h0, c0) if self.recurrent else feat
+        hws = ws[-1]
+        stats = self.heads.forward_loss(hws, p, g, top, actions, returns, advantages,
+                                        value_coef, entropy_beta, t_len)
         if not backward:
             return stats
 
-        # ---- backward
+        # ---- backward: each layer writes its input gradient into the
+        # previous layer's output-gradient rows
+        dy = hws["dtop"][:t_len]
+        last = self.encoder[-1]
         if self.recurrent:
-            da = ws["da"][:t_len]
-            dh0, dc0 = self.last_dstate
-            K.lstm_seq_backward(dtop, self._zero_h, self._zero_h, p["lstm.weight_hh"],
-                                hs, cs, gates, da, dh0, dc0)
-            np.sum(da, axis=0, out=g["lstm.bias_ih"])
-            g["lstm.bias_hh"][...] = g["lstm.bias_ih"]
-            np.dot(da.T, feat, out=g["lstm.weight_ih"])
-            np.dot(da.T, hs[:t_len], out=g["lstm.weight_hh"])
-            dx = np.dot(da, p["lstm.weight_ih"], out=ws[self.denses[-1].name + ".dy"][:t_len])
-        else:
-            dx = dtop
-        n_dense = len(self.denses)
-        for li in range(n_dense - 1, -1, -1):
-            d = self.denses[li]
-            y = ws[d.name + ".y"][:t_len]
-            dz = ws[d.name + ".dy"][:t_len]
-            K.act_backward(dx, y, act, dz, g[d.name + ".bias"])   # dz may alias dx
-            np.dot(dz.T, dense_in[li], out=g[d.name + ".weight"])
-            if li > 0:
-                dx = np.dot(dz, p[d.name + ".weight"], out=ws[self.denses[li - 1].name + ".dy"][:t_len])
-            elif self.convs:
-                dx = np.dot(dz, p[d.name + ".weight"], out=ws["dflat"][:t_len])
-        for li in range(len(self.convs) - 1, -1, -1):
-            c = self.convs[li]
-            rows = t_len * c.n_pix
-            dz = ws[c.name + ".dz"][:rows]
-            if li == len(self.convs) - 1:
-                K.act_backward_from_cp(dx.reshape(t_len, c.out_ch, c.n_pix),
-                                       ws["flat"][:t_len].reshape(t_len, c.out_ch, c.n_pix),
-                                       act, dz.reshape(t_len, c.n_pix, c.out_ch),
-                                       g[c.name + ".bias"])
-            else:
-                K.act_backward(dx, ws[c.name + ".z"][:rows], act, dz, g[c.name + ".bias"])
-            gw = ws[c.name + ".gw"]
-            np.dot(dz.T, ws[c.name + ".cols"][:rows], out=gw)
-            g[c.name + ".weight"][...] = gw.reshape(c.out_ch, c.k, c.k, -1).transpose(0, 3, 1, 2)
-            if li > 0:
-                dcols = np.dot(dz, conv_w[li], out=ws[c.name + ".dcols"][:rows])
-                prev = self.convs[li - 1]
-                dprev = ws[prev.name + ".dy"][:t_len * prev.n_pix]
-                K.col2im_nhwc(dcols, c.k, c.k, c.stride, dprev.reshape(conv_in[li].shape))
-                dx = dprev
+            dy = self.core.backward(ws[n_enc], p, g, feat, dy, t_len,
+                                    last.dy_rows(ws[n_enc - 1], t_len))
+        for i in range(n_enc - 1, -1, -1):
+            dx = self.encoder[i - 1].dy_rows(ws[i - 1], t_len) if i > 0 else None
+            dy = self.encoder[i].backward(ws[i], p, g, inputs[i], dy, t_len, dx)
         return stats
 
     def loss(self, obs, actions, returns, advantages, state, *, value_coef=0.5,
@@ -586,12 +444,27 @@ class Network:
     @property
     def last_probs(self):
         """``(T, A)`` policy probs of the last rollout forward (a scratch view)."""
-        return self._ws["probs"][:self._last_t] if self._ws_t else None
+        return self._ws[-1]["probs"][:self._last_t] if self._ws_t else None
 
     @property
     def last_values(self):
         """``(T,)`` values of the last rollout forward (a scratch view)."""
-        return self._ws["values"][:self._last_t] if self._ws_t else None
+        return self._ws[-1]["values"][:self._last_t] if self._ws_t else None
+
+    @property
+    def last_dstate(self):
+        """``(dh0, dc0)``: loss gradient wrt the initial LSTM state of the
+        last ``loss_and_grad`` (scratch views; ``None`` before one, or
+        without an LSTM)."""
+        if not (self.recurrent and self._ws_t):
+            return None
+        cws = self._ws[len(self.encoder)]
+        return cws["dh0"], cws["dc0"]
+
+
+def _bad_obs():
+    return ValueError("observation contains NaN or inf; refusing to step the network "
+                      "(it would return NaN action probabilities and poison the LSTM state)")
 
 
 def build_network(spec="doom-lstm", obs_shape=(1, 84, 84), n_actions=3, *, dtype=np.float32,
@@ -619,64 +492,37 @@ def network_from_spec(d, *, seed=0, dtype=None) -> Network:
 
 
 # ---------------------------------------------------------------------------
-# reference twin of the whole network (plain numpy layers from ``ref``)
+# reference twin of the whole network (each layer's plain-numpy twin)
 
 
 def ref_forward_loss(net, params, obs, actions, returns, advantages, state, *,
                      value_coef=0.5, entropy_beta=0.01, backward=True):
-    """The network's forward + A3C loss + backward composed from ``ref`` layers.
+    """The network's forward + A3C loss + backward composed from the layers'
+    ``ref`` twins.
 
     ``params``: ``name -> array`` (e.g. ``net.state_dict()``).  Returns
     ``(stats, grads, extras)`` with grads ``name -> new array`` and extras
     ``{'probs','values','dh0','dc0','state'}``.
     """
-    act_f, act_b = ref.ACTIVATIONS[net.spec["kwargs"]["activation"]]
-    t_len = obs.shape[0]
     x = obs
     caches = []
-    for c in net.convs:
-        z, cc = ref.conv2d_forward(x, params[c.name + ".weight"], params[c.name + ".bias"],
-                                   c.stride)
-        x, ac = act_f(z)
-        caches.append((cc, ac))
-    x = x.reshape(t_len, -1)
-    for d in net.denses:
-        z, cc = ref.dense_forward(x, params[d.name + ".weight"], params[d.name + ".bias"])
-        x, ac = act_f(z)
-        caches.append((cc, ac))
+    for layer in net.encoder:
+        x, cache = layer.ref_forward(params, x)
+        caches.append(cache)
+    new_state = None
     if net.recurrent:
-        h0, c0 = state if state is not None else net.initial_state()
-        hs, new_state, lc = ref.lstm_forward(x, h0, c0, params["lstm.weight_ih"],
-                                             params["lstm.weight_hh"], params["lstm.bias_ih"],
-                                             params["lstm.bias_hh"])
-        top = hs
-    else:
-        top, new_state = x, None
-    logits, pc = ref.dense_forward(top, params["policy.weight"], params["policy.bias"])
-    values2, vc = ref.dense_forward(top, params["value.weight"], params["value.bias"])
-    values = values2[:, 0]
-    stats, dlogits, dvalues = ref.a3c_loss(logits, values, actions, returns, advantages,
-                                           value_coef, entropy_beta)
-    extras = {"probs": ref.softmax(logits), "values": values, "state": new_state}
+        x, new_state, core_cache = net.core.ref_forward(
+            params, x, state if state is not None else net.initial_state())
+    stats, probs, values, head_cache = net.heads.ref_loss(params, x, actions, returns,
+                                                          advantages, value_coef, entropy_beta)
+    extras = {"probs": probs, "values": values, "state": new_state}
     if not backward:
         return stats, None, extras
-    grads = {}
-    dtop, grads["policy.weight"], grads["policy.bias"] = ref.dense_backward(dlogits, pc)
-    dtop2, grads["value.weight"], grads["value.bias"] = ref.dense_backward(dvalues[:, None], vc)
-    dx = dtop + dtop2
+    dx, grads = net.heads.ref_backward(head_cache)
     if net.recurrent:
-        (dx, extras["dh0"], extras["dc0"], grads["lstm.weight_ih"], grads["lstm.weight_hh"],
-         grads["lstm.bias_ih"], grads["lstm.bias_hh"]) = ref.lstm_backward(dx, lc)
-    layers = list(net.convs) + list(net.denses)
-    for li in range(len(layers) - 1, -1, -1):
-        cc, ac = caches[li]
-        dz = act_b(dx, ac)
-        if isinstance(layers[li], _Conv):
-            dx, gw, gb = ref.conv2d_backward(dz, cc)
-        else:
-            dx, gw, gb = ref.dense_backward(dz, cc)
-            if li > 0 and isinstance(layers[li - 1], _Conv):
-                c = layers[li - 1]
-                dx = dx.reshape(t_len, c.out_ch, *c.out_hw)
-        grads[layers[li].name + ".weight"], grads[layers[li].name + ".bias"] = gw, gb
+        dx, extras["dh0"], extras["dc0"], g = net.core.ref_backward(dx, core_cache)
+        grads.update(g)
+    for layer, cache in zip(reversed(net.encoder), reversed(caches)):
+        dx, g = layer.ref_backward(dx, cache)
+        grads.update(g)
     return stats, grads, extras

@@ -6,7 +6,8 @@ float64; gradient checks run these in float64 against centred differences.
 
 Layouts follow PyTorch so weights move both ways:
 
-* conv2d: x ``(N, C, H, W)``, weight ``(O, C, kh, kw)``, bias ``(O,)``, VALID;
+* conv2d: x ``(N, C, H, W)``, weight ``(O, C, kh, kw)``, bias ``(O,)``,
+  stride and zero padding (PyTorch ``Conv2d(stride=s, padding=pad)``);
 * dense: x ``(N, in)``, weight ``(out, in)``, bias ``(out,)``;
 * LSTM: weight_ih ``(4H, in)``, weight_hh ``(4H, H)``, bias_ih/bias_hh
   ``(4H,)``, gate order i, f, g, o.
@@ -17,16 +18,19 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 # ---------------------------------------------------------------------------
-# conv2d (VALID, stride s)
+# conv2d (stride s, zero padding ``pad`` on every side; pad 0 = VALID)
 
 
-def conv_out_size(n: int, k: int, stride: int) -> int:
-    """Output length of a VALID convolution (0 or less: input too small)."""
+def conv_out_size(n: int, k: int, stride: int, pad: int = 0) -> int:
+    """Output length of a convolution (0 or less: input too small)."""
+    n = n + 2 * pad
     return (n - k) // stride + 1 if n >= k else 0
 
 
-def im2col(x, kh, kw, stride):
+def im2col(x, kh, kw, stride, pad=0):
     """x ``(N, C, H, W)`` -> cols ``(N*OH*OW, C*kh*kw)``, column order (c, i, j)."""
+    if pad:
+        x = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     n, c, h, w = x.shape
     oh, ow = conv_out_size(h, kh, stride), conv_out_size(w, kw, stride)
     win = sliding_window_view(x, (kh, kw), axis=(2, 3))[:, :, ::stride, ::stride]
@@ -35,42 +39,44 @@ def im2col(x, kh, kw, stride):
         n * oh * ow, c * kh * kw)
 
 
-def col2im(dcols, x_shape, kh, kw, stride):
+def col2im(dcols, x_shape, kh, kw, stride, pad=0):
     """Adjoint of :func:`im2col`: scatter-add ``(N*OH*OW, C*kh*kw)`` into x."""
     n, c, h, w = x_shape
-    oh, ow = conv_out_size(h, kh, stride), conv_out_size(w, kw, stride)
+    hp, wp = h + 2 * pad, w + 2 * pad
+    oh, ow = conv_out_size(hp, kh, stride), conv_out_size(wp, kw, stride)
     d = dcols.reshape(n, oh, ow, c, kh, kw)
-    dx = np.zeros(x_shape, dtype=dcols.dtype)
+    dx = np.zeros((n, c, hp, wp), dtype=dcols.dtype)
     for i in range(kh):
         for j in range(kw):
             dx[:, :, i:i + stride * (oh - 1) + 1:stride,
                j:j + stride * (ow - 1) + 1:stride] += d[:, :, :, :, i, j].transpose(0, 3, 1, 2)
-    return dx
+    return dx[:, :, pad:pad + h, pad:pad + w]
 
 
-def conv2d_forward(x, w, b, stride=1):
-    """VALID conv.  x ``(N,C,H,W)``, w ``(O,C,kh,kw)``, b ``(O,)`` -> ``(N,O,OH,OW)``."""
+def conv2d_forward(x, w, b, stride=1, pad=0):
+    """Conv with zero padding.  x ``(N,C,H,W)``, w ``(O,C,kh,kw)``, b ``(O,)``
+    -> ``(N,O,OH,OW)``, ``OH = (H + 2 pad - kh) // stride + 1``."""
     n, c, h, wd = x.shape
     o, c2, kh, kw = w.shape
     if c != c2:
         raise ValueError(f"conv2d: input has {c} channels, weight expects {c2}")
-    oh, ow = conv_out_size(h, kh, stride), conv_out_size(wd, kw, stride)
+    oh, ow = conv_out_size(h, kh, stride, pad), conv_out_size(wd, kw, stride, pad)
     if oh <= 0 or ow <= 0:
-        raise ValueError(f"conv2d: input {h}x{wd} smaller than kernel {kh}x{kw}")
-    cols = im2col(x, kh, kw, stride)
+        raise ValueError(f"conv2d: input {h}x{wd} (pad {pad}) smaller than kernel {kh}x{kw}")
+    cols = im2col(x, kh, kw, stride, pad)
     out = cols @ w.reshape(o, -1).T + b
     out = out.reshape(n, oh, ow, o).transpose(0, 3, 1, 2)
-    return np.ascontiguousarray(out), (cols, x.shape, w, stride)
+    return np.ascontiguousarray(out), (cols, x.shape, w, stride, pad)
 
 
 def conv2d_backward(dout, cache):
     """-> ``(dx, dw, db)`` for :func:`conv2d_forward`."""
-    cols, x_shape, w, stride = cache
+    cols, x_shape, w, stride, pad = cache
     o, c, kh, kw = w.shape
     dmat = dout.transpose(0, 2, 3, 1).reshape(-1, o)
     dw = (dmat.T @ cols).reshape(w.shape)
     db = dmat.sum(axis=0)
-    dx = col2im(dmat @ w.reshape(o, -1), x_shape, kh, kw, stride)
+    dx = col2im(dmat @ w.reshape(o, -1), x_shape, kh, kw, stride, pad)
     return dx, dw, db
 
 

@@ -1,0 +1,402 @@
+"""The layers a network is built from: encoder (convs, dense) -> core (LSTM) -> heads.
+
+Each layer object is a static description (shapes, stride, activation) that
+owns everything about its op, so that the network, the reference twin, the
+FLOP counter, gradcheck and the torch twin iterate one list:
+
+* ``param_shapes()`` - its ``(name, shape)`` layout entries (PyTorch names);
+* ``init(p, rng)`` - fills its views of the flat buffer (draw order fixed);
+* ``flop_rows()`` - ``{kind, name, macs, ...}`` per compute op (one step);
+* ``workspace(t_cap, dtype)`` - its rollout scratch, ``t_cap`` steps; the
+  forward writes the layer's activations there in rows indexed by ``t``
+  (row ``t`` of a dense, rows ``t*P .. t*P+P-1`` of a conv) and the backward
+  reads them back, so a later backward-only update could reuse them;
+* ``forward(ws, p, x, t_len)`` / ``backward(ws, p, g, x, dy, t_len, dx)`` -
+  batched over a rollout (BLAS GEMMs + Numba kernels), gradients written
+  (overwritten) into its views ``g`` of the flat gradient buffer; ``dx`` is
+  where the input gradient goes (the previous layer's ``dy_rows``) or None;
+* ``ref_forward(params, x)`` / ``ref_backward(dy, cache)`` - the plain-numpy
+  twin from :mod:`a3c_core.nn.ref`.
+
+Layers hold no buffers: every array lives in the network's workspace, so one
+layer list is shared by a network and its forks.  Activation layouts inside
+the rollout path: convs work channels-last (NHWC rows ``(T*OH*OW, O)``); the
+last conv of the encoder writes the PyTorch channel-first flatten ``(T,
+O*OH*OW)`` that the dense/LSTM after it reads.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import kernels as K
+from . import ref
+
+
+def _uniform(rng, bound, shape):
+    return rng.uniform(-bound, bound, shape)
+
+
+def _normalized_columns(rng, shape, std):
+    """Each output row (PyTorch ``(out, in)`` layout) gets L2 norm ``std``."""
+    w = rng.standard_normal(shape)
+    return w * (std / np.sqrt(np.square(w).sum(axis=1, keepdims=True)))
+
+
+class Conv2d:
+    """``act(conv2d(x, w, b, stride, pad))``, square ``k x k`` kernel.
+
+    ``in_shape`` ``(C, H, W)``; ``nchw_in``: the input is the observation
+    ``(T, C, H, W)`` (else the previous conv's NHWC output); ``flatten_out``:
+    the output is the channel-first flatten ``(T, O*OH*OW)`` (last conv).
+    """
+    kind = "conv"
+
+    def __init__(self, name, in_shape, out_ch, k, stride, pad=0, act="elu", *,
+                 nchw_in=False, flatten_out=False):
+        self.name, self.in_shape, self.out_ch = name, tuple(in_shape), int(out_ch)
+        self.k, self.stride, self.pad, self.act = int(k), int(stride), int(pad), act
+        self.nchw_in, self.flatten_out = nchw_in, flatten_out
+        _, h, w = self.in_shape
+        self.out_hw = (ref.conv_out_size(h, self.k, self.stride, self.pad),
+                       ref.conv_out_size(w, self.k, self.stride, self.pad))
+        self.n_pix = self.out_hw[0] * self.out_hw[1]
+        self.n_col = self.in_shape[0] * self.k * self.k
+
+    @property
+    def out_shape(self):
+        return (self.out_ch, *self.out_hw)
+
+    @property
+    def n_out(self):
+        """Length of one step's flattened output."""
+        return self.out_ch * self.n_pix
+
+    def param_shapes(self):
+        return [(self.name + ".weight", (self.out_ch, self.in_shape[0], self.k, self.k)),
+                (self.name + ".bias", (self.out_ch,))]
+
+    def init(self, p, rng):
+        bound = 1 / math.sqrt(self.n_col)
+        w = p[self.name + ".weight"]
+        w[...] = _uniform(rng, bound, w.shape)
+        p[self.name + ".bias"][...] = _uniform(rng, bound, self.out_ch)
+
+    def flop_rows(self):
+        return [{"kind": "conv", "name": self.name, "in_shape": self.in_shape,
+                 "out_shape": self.out_shape, "k": (self.k, self.k), "stride": self.stride,
+                 "pad": self.pad, "macs": self.n_pix * self.out_ch * self.n_col}]
+
+    # -- rollout path ---------------------------------------------------------
+    def workspace(self, t_cap, dt):
+        rows, o = t_cap * self.n_pix, self.out_ch
+        c, h, w = self.in_shape
+        ws = {"cols": np.empty((rows, self.n_col), dt),     # im2col, (i, j, c) columns
+              "z": np.empty((rows, o), dt),                 # NHWC pre-act, then act
+              "dz": np.empty((rows, o), dt),
+              "gw": np.empty((o, self.n_col), dt),          # dW in (i, j, c) order
+              "w_ijc": np.empty((o, self.n_col), dt)}       # W permuted to (i, j, c)
+        if self.flatten_out:
+            ws["flat"] = np.empty((t_cap, self.n_out), dt)  # act, channel-first flatten
+            ws["dy"] = np.empty((t_cap, self.n_out), dt)
+        else:
+            ws["dy"] = np.empty((rows, o), dt)
+        if self.nchw_in and c > 1:
+            ws["x_nhwc"] = np.empty((t_cap, h, w, c), dt)
+        if not self.nchw_in:
+            ws["dcols"] = np.empty((rows, self.n_col), dt)
+        return ws
+
+    def dy_rows(self, ws, t_len):
+        """The output-gradient buffer for ``t_len`` steps, shaped like the output."""
+        if self.flatten_out:
+            return ws["dy"][:t_len]
+        return ws["dy"][:t_len * self.n_pix].reshape(t_len, *self.out_hw, self.out_ch)
+
+    def forward(self, ws, p, x, t_len):
+        """x ``(T, C, H, W)`` (``nchw_in``) or NHWC ``(T, H, W, C)`` -> the output."""
+        c, h, w = self.in_shape
+        if self.nchw_in:
+            if c == 1:
+                x = x.reshape(t_len, h, w, 1)
+            else:
+                xt = ws["x_nhwc"][:t_len]
+                xt[...] = x.transpose(0, 2, 3, 1)
+                x = xt
+        rows = t_len * self.n_pix
+        cols, z = ws["cols"][:rows], ws["z"][:rows]
+        K.im2col_nhwc(x, self.k, self.k, self.stride, self.pad, cols)
+        # im2col columns are (i, j, c): the weight in that order, a fresh
+        # permuted copy per call (1-9K values), so never stale
+        w_ijc = ws["w_ijc"]
+        w_ijc.reshape(self.out_ch, self.k, self.k, c)[...] = \
+            p[self.name + ".weight"].transpose(0, 2, 3, 1)
+        np.dot(cols, w_ijc.T, out=z)
+        act = K.ACT_CODES[self.act]
+        if self.flatten_out:
+            flat = ws["flat"][:t_len]
+            K.bias_act_to_cp(z.reshape(t_len, self.n_pix, self.out_ch), p[self.name + ".bias"],
+                             act, flat.reshape(t_len, self.out_ch, self.n_pix))
+            return flat
+        K.bias_act(z, p[self.name + ".bias"], act)
+        return z.reshape(t_len, *self.out_hw, self.out_ch)
+
+    def backward(self, ws, p, g, x, dy, t_len, dx):
+        """dy shaped like the output; writes dW, db and (``dx`` not None) dx NHWC."""
+        o, n_pix, act = self.out_ch, self.n_pix, K.ACT_CODES[self.act]
+        rows = t_len * n_pix
+        dz = ws["dz"][:rows]
+        if self.flatten_out:
+            K.act_backward_from_cp(dy.reshape(t_len, o, n_pix),
+                                   ws["flat"][:t_len].reshape(t_len, o, n_pix), act,
+                                   dz.reshape(t_len, n_pix, o), g[self.name + ".bias"])
+        else:
+            K.act_backward(dy.reshape(rows, o), ws["z"][:rows], act, dz, g[self.name + ".bias"])
+        gw = ws["gw"]
+        np.dot(dz.T, ws["cols"][:rows], out=gw)
+        g[self.name + ".weight"][...] = \
+            gw.reshape(o, self.k, self.k, self.in_shape[0]).transpose(0, 3, 1, 2)
+        if dx is None:
+            return None
+        dcols = np.dot(dz, ws["w_ijc"], out=ws["dcols"][:rows])
+        K.col2im_nhwc(dcols, self.k, self.k, self.stride, self.pad, dx)
+        return dx
+
+    # -- batch-1 step -----------------------------------------------------------
+    def step_call(self, p, dt):
+        """``(kernel, args, out)``: ``kernel(x, *args)`` writes ``out`` (CHW, or
+        its flatten for the last conv) for one image ``x`` ``(C, H, W)``."""
+        cols = np.empty((self.n_pix, self.n_col), dt)
+        y = np.empty(self.out_shape, dt)
+        args = (p[self.name + ".weight"], p[self.name + ".bias"], self.stride, self.pad,
+                K.ACT_CODES[self.act], cols, y)
+        return K.conv_act_rows, args, (y.reshape(-1) if self.flatten_out else y)
+
+    # -- reference twin ---------------------------------------------------------
+    def ref_forward(self, params, x):
+        """x ``(T, C, H, W)`` -> output (flattened when ``flatten_out``), cache."""
+        act_f, _ = ref.ACTIVATIONS[self.act]
+        z, cc = ref.conv2d_forward(x, params[self.name + ".weight"], params[self.name + ".bias"],
+                                   self.stride, self.pad)
+        y, ac = act_f(z)
+        return (y.reshape(y.shape[0], -1) if self.flatten_out else y), (cc, ac)
+
+    def ref_backward(self, dy, cache):
+        """-> ``(dx (T, C, H, W), {name: grad})``."""
+        cc, ac = cache
+        _, act_b = ref.ACTIVATIONS[self.act]
+        dz = act_b(dy.reshape(dy.shape[0], *self.out_shape), ac)
+        dx, gw, gb = ref.conv2d_backward(dz, cc)
+        return dx, {self.name + ".weight": gw, self.name + ".bias": gb}
+
+
+class Dense:
+    """``act(x @ w.T + b)``; x ``(T, n_in)``."""
+    kind = "dense"
+
+    def __init__(self, name, n_in, n_out, act="elu"):
+        self.name, self.n_in, self.n_out, self.act = name, int(n_in), int(n_out), act
+
+    @property
+    def out_shape(self):
+        return (self.n_out,)
+
+    def param_shapes(self):
+        return [(self.name + ".weight", (self.n_out, self.n_in)),
+                (self.name + ".bias", (self.n_out,))]
+
+    def init(self, p, rng):
+        bound = 1 / math.sqrt(self.n_in)
+        p[self.name + ".weight"][...] = _uniform(rng, bound, (self.n_out, self.n_in))
+        p[self.name + ".bias"][...] = _uniform(rng, bound, self.n_out)
+
+    def flop_rows(self):
+        return [{"kind": "dense", "name": self.name, "n_in": self.n_in, "n_out": self.n_out,
+                 "macs": self.n_in * self.n_out}]
+
+    def workspace(self, t_cap, dt):
+        return {"y": np.empty((t_cap, self.n_out), dt), "dy": np.empty((t_cap, self.n_out), dt)}
+
+    def dy_rows(self, ws, t_len):
+        return ws["dy"][:t_len]
+
+    def forward(self, ws, p, x, t_len):
+        x = x.reshape(t_len, self.n_in)
+        y = ws["y"][:t_len]
+        np.dot(x, p[self.name + ".weight"].T, out=y)
+        K.bias_act(y, p[self.name + ".bias"], K.ACT_CODES[self.act])
+        return y
+
+    def backward(self, ws, p, g, x, dy, t_len, dx):
+        dz = ws["dy"][:t_len]                    # may be dy itself: elementwise in place
+        K.act_backward(dy, ws["y"][:t_len], K.ACT_CODES[self.act], dz, g[self.name + ".bias"])
+        np.dot(dz.T, x.reshape(t_len, self.n_in), out=g[self.name + ".weight"])
+        if dx is None:
+            return None
+        return np.dot(dz, p[self.name + ".weight"], out=dx.reshape(t_len, self.n_in))
+
+    def step_call(self, p, dt):
+        y = np.empty(self.n_out, dt)
+        return K.dense_act_vec, (p[self.name + ".weight"], p[self.name + ".bias"],
+                                 K.ACT_CODES[self.act], y), y
+
+    def ref_forward(self, params, x):
+        act_f, _ = ref.ACTIVATIONS[self.act]
+        z, cc = ref.dense_forward(x.reshape(x.shape[0], -1), params[self.name + ".weight"],
+                                  params[self.name + ".bias"])
+        y, ac = act_f(z)
+        return y, (cc, ac)
+
+    def ref_backward(self, dy, cache):
+        cc, ac = cache
+        _, act_b = ref.ACTIVATIONS[self.act]
+        dx, gw, gb = ref.dense_backward(act_b(dy, ac), cc)
+        return dx, {self.name + ".weight": gw, self.name + ".bias": gb}
+
+
+class LSTM:
+    """The recurrent core: an LSTM cell unrolled over the rollout (PyTorch
+    ``LSTMCell`` layout, gate order i, f, g, o; zero biases at init)."""
+    kind = "lstm"
+
+    def __init__(self, n_in, hidden, name="lstm"):
+        self.name, self.n_in, self.hidden = name, int(n_in), int(hidden)
+
+    @property
+    def out_shape(self):
+        return (self.hidden,)
+
+    def param_shapes(self):
+        g4, n = 4 * self.hidden, self.name
+        return [(n + ".weight_ih", (g4, self.n_in)), (n + ".weight_hh", (g4, self.hidden)),
+                (n + ".bias_ih", (g4,)), (n + ".bias_hh", (g4,))]
+
+    def init(self, p, rng):
+        bound = 1 / math.sqrt(self.hidden)
+        for key in (".weight_ih", ".weight_hh"):
+            w = p[self.name + key]
+            w[...] = _uniform(rng, bound, w.shape)
+        p[self.name + ".bias_ih"][...] = 0
+        p[self.name + ".bias_hh"][...] = 0
+
+    def flop_rows(self):
+        g4 = 4 * self.hidden
+        return [{"kind": "lstm", "name": self.name, "n_in": self.n_in, "hidden": self.hidden,
+                 "macs": g4 * (self.n_in + self.hidden)}]
+
+    def workspace(self, t_cap, dt):
+        g4, hd = 4 * self.hidden, self.hidden
+        return {"gx": np.empty((t_cap, g4), dt), "gates": np.empty((t_cap, g4), dt),
+                "da": np.empty((t_cap, g4), dt), "hs": np.empty((t_cap + 1, hd), dt),
+                "cs": np.empty((t_cap + 1, hd), dt), "zero": np.zeros(hd, dt),
+                "dh0": np.zeros(hd, dt), "dc0": np.zeros(hd, dt)}
+
+    def forward(self, ws, p, x, t_len, h0, c0):
+        """x ``(T, n_in)``, state ``(H,)`` x2 -> hs ``(T, H)`` (rows 1..T of ``ws['hs']``)."""
+        n = self.name
+        hs, cs = ws["hs"][:t_len + 1], ws["cs"][:t_len + 1]
+        hs[0] = h0
+        cs[0] = c0
+        gx = ws["gx"][:t_len]
+        np.dot(x.reshape(t_len, self.n_in), p[n + ".weight_ih"].T, out=gx)
+        K.lstm_seq_forward(gx, p[n + ".weight_hh"], p[n + ".bias_ih"], p[n + ".bias_hh"],
+                           hs, cs, ws["gates"][:t_len])
+        return hs[1:]
+
+    def backward(self, ws, p, g, x, dhs, t_len, dx):
+        """BPTT; dh0/dc0 land in ``ws['dh0']``/``ws['dc0']``."""
+        n = self.name
+        da = ws["da"][:t_len]
+        hs = ws["hs"][:t_len + 1]
+        K.lstm_seq_backward(dhs, ws["zero"], ws["zero"], p[n + ".weight_hh"], hs,
+                            ws["cs"][:t_len + 1], ws["gates"][:t_len], da, ws["dh0"], ws["dc0"])
+        np.sum(da, axis=0, out=g[n + ".bias_ih"])
+        g[n + ".bias_hh"][...] = g[n + ".bias_ih"]
+        np.dot(da.T, x.reshape(t_len, self.n_in), out=g[n + ".weight_ih"])
+        np.dot(da.T, hs[:t_len], out=g[n + ".weight_hh"])
+        if dx is None:
+            return None
+        return np.dot(da, p[n + ".weight_ih"], out=dx.reshape(t_len, self.n_in))
+
+    def step_args(self, p):
+        n = self.name
+        return (p[n + ".weight_ih"], p[n + ".weight_hh"], p[n + ".bias_ih"], p[n + ".bias_hh"])
+
+    def ref_forward(self, params, x, state):
+        """-> ``(hs (T, H), (hT, cT), cache)``."""
+        n = self.name
+        h0, c0 = state
+        return ref.lstm_forward(x.reshape(x.shape[0], -1), h0, c0, params[n + ".weight_ih"],
+                                params[n + ".weight_hh"], params[n + ".bias_ih"],
+                                params[n + ".bias_hh"])
+
+    def ref_backward(self, dhs, cache):
+        """-> ``(dx, dh0, dc0, {name: grad})``."""
+        dx, dh0, dc0, gwi, gwh, gbi, gbh = ref.lstm_backward(dhs, cache)
+        n = self.name
+        return dx, dh0, dc0, {n + ".weight_ih": gwi, n + ".weight_hh": gwh,
+                              n + ".bias_ih": gbi, n + ".bias_hh": gbh}
+
+
+class Heads:
+    """Policy head (dense ``n_in -> A``, softmax) and value head (dense
+    ``n_in -> 1``), normalized-columns init (std 0.01 / 1.0, zero biases),
+    and the A3C loss."""
+    kind = "heads"
+
+    def __init__(self, n_in, n_actions):
+        self.name, self.n_in, self.n_actions = "heads", int(n_in), int(n_actions)
+
+    def param_shapes(self):
+        return [("policy.weight", (self.n_actions, self.n_in)), ("policy.bias", (self.n_actions,)),
+                ("value.weight", (1, self.n_in)), ("value.bias", (1,))]
+
+    def init(self, p, rng):
+        p["policy.weight"][...] = _normalized_columns(rng, p["policy.weight"].shape, 0.01)
+        p["policy.bias"][...] = 0
+        p["value.weight"][...] = _normalized_columns(rng, p["value.weight"].shape, 1.0)
+        p["value.bias"][...] = 0
+
+    def flop_rows(self):
+        return [{"kind": "dense", "name": "policy", "n_in": self.n_in, "n_out": self.n_actions,
+                 "macs": self.n_in * self.n_actions},
+                {"kind": "dense", "name": "value", "n_in": self.n_in, "n_out": 1,
+                 "macs": self.n_in}]
+
+    def workspace(self, t_cap, dt):
+        return {"probs": np.empty((t_cap, self.n_actions), dt), "values": np.empty(t_cap, dt),
+                "dtop": np.empty((t_cap, self.n_in), dt)}
+
+    def forward_loss(self, ws, p, g, top, actions, returns, advantages, value_coef,
+                     entropy_beta, t_len):
+        """Heads + A3C loss + their backward in one kernel: probs/values rows,
+        ``ws['dtop']`` and the head gradients written.  Returns the stats dict."""
+        pl, vl, ent = K.heads_loss(
+            top, p["policy.weight"], p["policy.bias"], p["value.weight"], p["value.bias"],
+            actions, returns, advantages, float(value_coef), float(entropy_beta),
+            ws["probs"][:t_len], ws["values"][:t_len], ws["dtop"][:t_len],
+            g["policy.weight"], g["policy.bias"], g["value.weight"], g["value.bias"])
+        return {"policy_loss": float(pl), "value_loss": float(vl), "entropy": float(ent),
+                "loss": float(pl + value_coef * vl - entropy_beta * ent)}
+
+    def step_args(self, p):
+        return (p["policy.weight"], p["policy.bias"], p["value.weight"], p["value.bias"])
+
+    def ref_loss(self, params, top, actions, returns, advantages, value_coef, entropy_beta):
+        """-> ``(stats, probs, values, cache)``."""
+        logits, pc = ref.dense_forward(top, params["policy.weight"], params["policy.bias"])
+        values2, vc = ref.dense_forward(top, params["value.weight"], params["value.bias"])
+        values = values2[:, 0]
+        stats, dlogits, dvalues = ref.a3c_loss(logits, values, actions, returns, advantages,
+                                               value_coef, entropy_beta)
+        return stats, ref.softmax(logits), values, (pc, vc, dlogits, dvalues)
+
+    def ref_backward(self, cache):
+        """-> ``(dtop, {name: grad})``."""
+        pc, vc, dlogits, dvalues = cache
+        grads = {}
+        dtop, grads["policy.weight"], grads["policy.bias"] = ref.dense_backward(dlogits, pc)
+        dtop2, grads["value.weight"], grads["value.bias"] = ref.dense_backward(dvalues[:, None],
+                                                                               vc)
+        return dtop + dtop2, grads
