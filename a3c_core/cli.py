@@ -1,10 +1,22 @@
-"""Command line: ``a3c train | eval | gradcheck | bench`` (also ``python -m a3c_core``)."""
+"""Command line: ``a3c train | eval | plot | compile | gradcheck | bench`` (also ``python -m a3c_core``)."""
 from __future__ import annotations
 
 import argparse
 import os
 import sys
 from dataclasses import MISSING, fields
+
+
+def _field_help(f, default) -> str:
+    """A config field's ``--help`` text: its documentation plus its default, said once.
+
+    A help text that states its own default (env-dependent ones do) gets no
+    second one; ``%`` is escaped because argparse formats help with ``%``.
+    """
+    text = f.metadata.get("help", "")
+    if "default" not in text.lower():
+        text = f"{text} (default: {default!r})" if text else f"default: {default!r}"
+    return text.replace("%", "%%")
 
 
 def _add_config_flags(p):
@@ -14,7 +26,7 @@ def _add_config_flags(p):
     for f in fields(Config):
         flag = "--" + f.name.replace("_", "-")
         typ = _base_type(f)
-        help_ = f.metadata.get("help", "") + f" (default: {getattr(defaults, f.name)!r})"
+        help_ = _field_help(f, getattr(defaults, f.name))
         if typ is bool:
             p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_)
         else:
@@ -69,64 +81,21 @@ def cmd_train(args):
 
 
 def cmd_eval(args):
-    import numpy as np
+    from a3c_core.evaluate import run_eval
 
-    from a3c_core.checkpoint import CheckpointError
-    from a3c_core.envs import make_env
-    from a3c_core.policy import Policy
-
-    try:
-        policy = Policy.load(args.checkpoint, which=args.which)
-        env_meta = policy.meta.get("env", {})
-        env_id = args.env or env_meta.get("id")
-        env = make_env(env_id, seed=args.seed, frame_skip=env_meta.get("frame_skip"),
-                       render=bool(args.gif))
-    except (CheckpointError, ValueError, ImportError, FileNotFoundError) as e:
-        print(f"a3c eval: error: {e}", file=sys.stderr)
-        return 2
-    if env.n_actions != policy.n_actions:
-        print(f"a3c eval: error: env {env_id} has {env.n_actions} actions, the policy "
-              f"{policy.n_actions}", file=sys.stderr)
-        return 2
-    rng = np.random.default_rng(args.seed)
-    returns, frames = [], []
-    try:
-        for ep in range(args.episodes):
-            obs, state, done, total, length = env.reset(), policy.initial_state(), False, 0.0, 0
-            while not done:
-                if args.gif and ep == 0:
-                    frames.append(env.render_frame())
-                a, state = policy.act(obs, state, greedy=not args.sample, rng=rng)
-                obs, r, term, trunc = env.step(a)
-                total += r
-                length += 1
-                done = term or trunc
-            returns.append(total)
-            if args.verbose:
-                print(f"episode {ep + 1}: return {total:.2f}, {length} steps")
-    finally:
-        env.close()
-    r = np.asarray(returns)
-    mode = "sampled" if args.sample else "greedy"
-    print(f"{env_id}: {len(r)} episodes ({mode}): mean raw reward {r.mean():.2f} ± {r.std():.2f} "
-          f"(min {r.min():.2f}, max {r.max():.2f})")
-    if args.gif:
-        _write_gif(args.gif, frames)
-        print(f"wrote {args.gif} ({len(frames)} frames)")
-    return 0
+    return run_eval(args)
 
 
-def _write_gif(path, frames):
-    try:
-        from PIL import Image
-    except ImportError:
-        raise SystemExit("a3c eval: --gif needs Pillow (pip install 'a3c_core[log]')")
-    imgs = [Image.fromarray(f) for f in frames if f is not None]
-    if not imgs:
-        return
-    tmp = path + ".tmp.gif"
-    imgs[0].save(tmp, save_all=True, append_images=imgs[1:], duration=57, loop=0)
-    os.replace(tmp, path)
+def cmd_plot(args):
+    from a3c_core.plot import run_plot
+
+    return run_plot(args)
+
+
+def cmd_compile(args):
+    from a3c_core.compile import run_compile
+
+    return run_compile(args)
 
 
 def cmd_gradcheck(args, rest):
@@ -141,25 +110,54 @@ def cmd_bench(args, rest):
     return bench_main(rest)
 
 
+def _version():
+    from a3c_core import __version__
+
+    return f"a3c_core {__version__}"
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="a3c", description="a3c_core: CPU-only A3C (numpy + Numba + Cython)")
+    p.add_argument("--version", action="version", version=_version())
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train an A3C agent (default: doom:basic)",
                        description="Train an A3C agent. Every config field is a flag; --config reads a TOML file "
                                    "and flags override it.")
     t.add_argument("--config", help="TOML file with config fields (top level or an [a3c] table)")
-    t.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    t.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue the run in RUN_DIR from its newest valid checkpoint")
     _add_config_flags(t)
-    e = sub.add_parser("eval", help="evaluate a checkpoint: mean ± std raw reward over N episodes")
+    e = sub.add_parser("eval", help="evaluate a checkpoint: mean ± std raw reward over N episodes",
+                       description="Play N episodes with a checkpoint and report the raw reward. Says which "
+                                   "file it loaded, at which training step and training average.")
     e.add_argument("checkpoint", help="checkpoint file (.npz) or run directory")
-    e.add_argument("--episodes", type=int, default=10)
+    e.add_argument("--episodes", type=int, default=10, metavar="N", help="episodes to play (default: 10)")
     e.add_argument("--sample", action="store_true", help="sample actions instead of greedy argmax")
-    e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--env", help="override the env id stored in the checkpoint")
-    e.add_argument("--which", default="best", choices=["best", "latest"],
-                   help="which checkpoint of a run directory (default best)")
-    e.add_argument("--gif", metavar="PATH", help="record the first episode as an animated GIF")
-    e.add_argument("-v", "--verbose", action="store_true")
+    e.add_argument("--seed", type=int, default=0,
+                   help="seed of the env and of action sampling (default: 0)")
+    e.add_argument("--env", help="override the env id stored in the checkpoint (must have the same "
+                                 "observations and actions)")
+    e.add_argument("--which", default="latest", choices=["latest", "best"],
+                   help="which checkpoint of a run directory: latest (default: the end of training) or "
+                        "best (highest training moving average, possibly over few episodes)")
+    e.add_argument("--gif", metavar="PATH", help="record the first episode as a real-time animated GIF")
+    e.add_argument("-v", "--verbose", action="store_true",
+                   help="print every episode's return and length (default: off)")
+    pl = sub.add_parser("plot", help="learning curves of one or more runs as a PNG (needs matplotlib)",
+                        description="Plot reward (episodes and moving average) and the loss terms of one or "
+                                    "more run directories against agent steps and wall time, runs overlaid. "
+                                    "Needs matplotlib: pip install 'a3c_core[plot]'.")
+    from a3c_core.plot import add_arguments as _plot_args
+
+    _plot_args(pl)
+    c = sub.add_parser("compile", help="compile and cache every Numba kernel ahead of time (image builds)",
+                       description="Compile every Numba kernel of a3c_core for this machine and write the "
+                                   "cache (next to the installed package, or NUMBA_CACHE_DIR if set), so "
+                                   "that a new process loads machine code instead of compiling. Run it "
+                                   "once after pip install, before making the install read-only.")
+    from a3c_core.compile import add_arguments as _compile_args
+
+    _compile_args(c)
     sub.add_parser("gradcheck", help="finite-difference gradient check of a network spec (see a3c gradcheck --help)",
                    add_help=False)
     sub.add_parser("bench", help="measure kernel, step, update, env and end-to-end throughput (a3c bench --help)",
@@ -180,6 +178,10 @@ def main(argv=None):
         if args.episodes < 1:
             p.error("--episodes must be >= 1")
         return cmd_eval(args)
+    if args.command == "plot":
+        return cmd_plot(args)
+    if args.command == "compile":
+        return cmd_compile(args)
     p.error(f"unknown command {args.command}")
     return 2
 

@@ -1,0 +1,115 @@
+"""``a3c compile``: compile every Numba kernel ahead of time and write the on-disk cache.
+
+Numba compiles a kernel the first time it is called with new argument types
+(~10 s for all of a3c_core's kernels on one core) and, with ``cache=True``,
+writes the machine code next to the module (``a3c_core/**/__pycache__``) or
+under ``NUMBA_CACHE_DIR``. A new process then loads it in a few ms per kernel.
+If that directory cannot be written (a read-only container image or system
+site-packages), every new process compiles again, so image builds should run
+
+    a3c compile            # after pip install, before the install is made read-only
+
+:func:`warm_up` runs every network spec's step and rollout kernels, the
+sampler and the gradient clip at the run-time dtypes, which compiles (or
+loads) every signature a policy or a trainer uses. ``a3c compile --check``
+fails if anything still had to be compiled (the cache is incomplete or was
+not found), which is how an image build can verify itself.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+
+
+def dispatchers():
+    """``{qualified name: numba dispatcher}`` of every compiled kernel in loaded a3c_core modules."""
+    from numba.core.dispatcher import Dispatcher
+
+    out = {}
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith("a3c_core") or mod is None:
+            continue
+        for attr, obj in list(vars(mod).items()):
+            if isinstance(obj, Dispatcher) and obj.py_func.__module__ == name:
+                out[f"{name}.{attr}"] = obj
+    return out
+
+
+def warm_up(specs=None, dtypes=(np.float32,)):
+    """Call every kernel with its run-time argument types (compiling or loading each once).
+
+    ``specs``: network spec names (default: all); ``dtypes``: parameter dtypes
+    (float32 is what training and :class:`~a3c_core.Policy` use; add float64
+    for gradient checks).
+    """
+    from a3c_core.core import clip_grad_norm
+    from a3c_core.nn.network import SPECS, build_network
+    from a3c_core.sampling import sample_categorical
+
+    rng = np.random.default_rng(0)
+    for dtype in dtypes:
+        for spec in specs or SPECS:
+            obs_shape = (4,) if spec.startswith("mlp") else (1, 84, 84)
+            net = build_network(spec, obs_shape, 3, dtype=dtype)
+            probs, _, state = net.step(np.zeros(obs_shape, dtype), net.initial_state())
+            net.step(np.ones(obs_shape, dtype), state)
+            sample_categorical(probs, 0.5)
+            T = 3
+            obs = rng.random((T,) + obs_shape).astype(dtype)
+            actions = np.array([0, 1, 2], np.int64)
+            returns = rng.standard_normal(T).astype(dtype)
+            adv = rng.standard_normal(T).astype(dtype)
+            net.loss_and_grad(obs, actions, returns, adv, net.initial_state())
+            clip_grad_norm(net.grads, 40.0)
+
+
+def cache_stats():
+    """``(n_kernels, n_loaded_from_cache, n_compiled, cache_dirs, compiled_names)`` so far in this process."""
+    hits = misses = 0
+    dirs, compiled = set(), []
+    disps = dispatchers()
+    for name, d in sorted(disps.items()):
+        st = d.stats
+        h, m = sum(st.cache_hits.values()), sum(st.cache_misses.values())
+        hits, misses = hits + h, misses + m
+        if st.cache_path:
+            dirs.add(st.cache_path)
+        if m:
+            compiled.append(name)
+    return len(disps), hits, misses, sorted(dirs), compiled
+
+
+def add_arguments(p):
+    p.add_argument("--check", action="store_true",
+                   help="compile nothing: fail (exit 1) if any kernel is not already in the cache")
+    p.add_argument("--float64", action="store_true",
+                   help="also compile the float64 kernels used by gradient checks (default: float32 only)")
+
+
+def run_compile(args) -> int:
+    cache_env = os.environ.get("NUMBA_CACHE_DIR")
+    t0 = time.perf_counter()
+    try:
+        import a3c_core.nn.network  # noqa: F401  (decorating the kernels needs a cache directory)
+        import a3c_core.sampling  # noqa: F401
+    except RuntimeError as e:  # numba: "cannot cache function ...: no locator available"
+        print(f"a3c compile: error: {e}\nNo writable cache directory: set NUMBA_CACHE_DIR to a "
+              f"writable directory, or run a3c compile where the install is writable.", file=sys.stderr)
+        return 2
+    dtypes = (np.float32, np.float64) if args.float64 else (np.float32,)
+    warm_up(dtypes=dtypes)
+    seconds = time.perf_counter() - t0
+    n, hits, misses, dirs, compiled = cache_stats()
+    where = ", ".join(dirs) if dirs else "(no cache directory)"
+    print(f"{n} kernels, {hits + misses} signatures: {hits} loaded from the cache, {misses} compiled "
+          f"in {seconds:.1f} s; cache: {where}"
+          + (f" (NUMBA_CACHE_DIR={cache_env})" if cache_env else ""))
+    if args.check and misses:
+        print(f"a3c compile --check: error: {misses} signature(s) were not in the cache: "
+              f"{', '.join(compiled)}. Run `a3c compile` where the cache directory is writable "
+              f"(with the same NUMBA_CACHE_DIR as at run time).", file=sys.stderr)
+        return 1
+    return 0
