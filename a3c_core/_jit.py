@@ -12,6 +12,8 @@ All compiled kernels in a3c_core use :func:`kernel` so that they
 """
 from numba import njit
 
+from a3c_core import _numba_cache  # noqa: F401  (read-only installs load the a3c compile cache)
+
 FASTMATH = frozenset({"reassoc", "contract"})
 
 
