@@ -230,3 +230,39 @@ def test_unknown_ids():
         make_env("dom:basic")
     with pytest.raises(ValueError, match="Unknown env id 'gym:NoSuchEnv-v0'"):
         make_env("gym:NoSuchEnv-v0")
+
+
+# -- bugs: missing .wad, module:Env-v0 ids; episode_over --------------------
+def test_doom_cfg_naming_a_missing_wad(tmp_path):
+    cfg = tmp_path / "mine.cfg"
+    cfg.write_text("doom_scenario_path = maps/nothere.wad\navailable_buttons = { ATTACK }\n")
+    with pytest.raises(FileNotFoundError, match="nothere.wad") as info:
+        make_env(f"doom:{cfg}")
+    assert str(tmp_path / "maps" / "nothere.wad") in str(info.value)
+
+
+def test_gym_module_colon_id_form():
+    with make_env("gymnasium.envs.classic_control:CartPole-v1", seed=2) as env:
+        assert env.env_id == "gym:gymnasium.envs.classic_control:CartPole-v1"
+        assert env.n_actions == 2 and env.reset().shape == (4,)
+    with pytest.raises(ValueError, match="cannot import module 'no_such_module_xyz'"):
+        make_env("gym:no_such_module_xyz:CartPole-v1")
+    with pytest.raises(ValueError, match="only Discrete action spaces.*Box"):
+        make_env("gymnasium.envs.classic_control:Pendulum-v1")
+
+
+def test_episode_over_marks_episode_ends(basic):
+    cartpole = make_env("CartPole-v1", seed=0, max_episode_steps=8)
+    for env in (basic, cartpole):
+        env.reset()
+        flags = []
+        while True:
+            _, _, term, trunc = env.step(0)
+            flags.append((term or trunc, env.episode_over))
+            if term or trunc:
+                break
+        assert flags[-1] == (True, True) and all(not o for _, o in flags[:-1])
+        env.reset()
+        assert not env.episode_over
+    cartpole.close()
+    assert Env.episode_over is True  # base default for adapters that do not track it
