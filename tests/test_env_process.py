@@ -166,3 +166,36 @@ def test_doom_and_render_through_a_process():
 def test_env_process_argument_checked():
     with pytest.raises(ValueError, match="env_process"):
         make_env("CartPole-v1", env_process="yes")
+
+
+def test_interrupted_wait_keeps_requests_and_replies_paired():
+    """A KeyboardInterrupt while waiting for a reply must not shift later replies."""
+    with make_env("CartPole-v1", seed=3, env_process=False) as local:
+        local.reset()  # the interrupted call below still runs in the child
+        want = [local.reset().copy()] + [local.step(a)[0].copy() for a in (0, 1, 1)]
+    env = make_env("CartPole-v1", seed=3, env_process=True)
+    real = env._sock
+
+    class Interrupting:  # the reply wait is interrupted once, as by a Ctrl-C
+        def __init__(self):
+            self.armed = True
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def recv_into(self, *args):
+            if self.armed:
+                self.armed = False
+                raise KeyboardInterrupt
+            return real.recv_into(*args)
+
+    env._sock = Interrupting()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            env.reset()
+    finally:
+        env._sock = real
+    got = [env.reset().copy()] + [env.step(a)[0].copy() for a in (0, 1, 1)]
+    env.close()
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)

@@ -153,6 +153,7 @@ class ProcEnv(Env):
         self._sock, self._life_w = sock, life_w
         self._mm = None
         self._finalizer = weakref.finalize(self, _shutdown, proc, sock, life_w, None, 1.0)
+        self._pending = False
         self._hdr = bytearray(_REP.size)
         self._hdr_view = memoryview(self._hdr)
         self.env_id = str(env_id)
@@ -224,12 +225,16 @@ class ProcEnv(Env):
         if sock is None:
             raise RuntimeError(f"{self.env_id}: the env is closed")
         try:
+            if self._pending:
+                self._drain()
             sock.sendall(_REQ.pack(cmd, arg))
+            self._pending = True  # stays set if a signal (Ctrl-C) interrupts the wait
             ok = _recv_exact(sock, self._hdr_view)  # blocks here without the GIL
         except OSError:
             ok = False
         if not ok:
             self._raise_dead(what)
+        self._pending = False
         status, flags, slot, plen, reward = _REP.unpack(self._hdr)
         if status != ST_OK:
             self._raise_child_error(plen, what)
@@ -238,6 +243,16 @@ class ProcEnv(Env):
         if plen:
             self._payload = self._recv_payload(plen, what)
         return flags
+
+    def _drain(self):
+        """Read and drop the reply to a call whose wait was interrupted
+        (KeyboardInterrupt), so requests and replies stay paired."""
+        if not _recv_exact(self._sock, self._hdr_view):
+            raise OSError("EOF")
+        plen = _REP.unpack(self._hdr)[3]
+        if plen and not _recv_exact(self._sock, memoryview(bytearray(plen))):
+            raise OSError("EOF")
+        self._pending = False
 
     def _recv_payload(self, n, what):
         buf = bytearray(n)
