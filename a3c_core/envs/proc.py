@@ -118,6 +118,12 @@ class ProcEnv(Env):
         seed, frame_skip, runtime_dir, render, **kwargs: passed to
             ``make_env`` in the child (must be picklable).
 
+    The child rebuilds the env from its id, so a Gymnasium env registered at
+    run time in the parent must be named ``'module:Env-v0'`` (the child
+    imports ``module`` first). Spawn-style start: ``subprocess`` (fork+exec),
+    safe from a multi-threaded parent; the child inherits the CPU affinity of
+    the thread that creates it (the trainer's core pinning carries over).
+
     The observation returned by :meth:`step`/:meth:`reset` is a read-only
     view into shared memory, valid until the call after next (two slots).
     Errors raised by the child env (bad kwargs, unknown id, ...) are re-raised
