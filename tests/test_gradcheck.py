@@ -3,14 +3,14 @@ import numpy as np
 import pytest
 
 from a3c_core.nn import build_network
-from a3c_core.nn.gradcheck import gradcheck, main
+from a3c_core.nn.gradcheck import DEFAULT_OBS, gradcheck, main
 from a3c_core.nn.network import SPECS, Network
 
 
 @pytest.mark.parametrize("spec", SPECS)
 def test_whole_loss_gradcheck(spec):
     errors = gradcheck(spec, steps=4, seed=1)
-    net = build_network(spec, (1, 84, 84) if spec.startswith("doom") else (6,), 3)
+    net = build_network(spec, DEFAULT_OBS[spec], 3)
     expected = list(net.layout) + (["state.h0", "state.c0"] if net.recurrent else [])
     assert list(errors) == expected
     bad = {k: v for k, v in errors.items() if not v <= 1e-6}
@@ -34,6 +34,15 @@ def test_gradcheck_detects_wrong_gradient(monkeypatch):
     errors = gradcheck("doom-ff", steps=2, max_entries=256, directions=1)
     assert errors["fc.bias"] > 1e-5
     assert errors["conv1.weight"] <= 1e-6
+
+
+def test_atari_lstm_gradcheck_cli(capsys):
+    assert main(["--spec", "atari-lstm", "--steps", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "# atari-lstm obs_shape=(1, 42, 42)" in out
+    lines = [ln for ln in out.splitlines() if not ln.startswith("#")]
+    assert [ln.split()[0] for ln in lines[:2]] == ["conv1.weight", "conv1.bias"]
+    assert len(lines) == 8 + 4 + 4 + 2 and all(ln.split()[-1] == "ok" for ln in lines)
 
 
 def test_cli(capsys):

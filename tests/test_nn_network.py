@@ -11,6 +11,7 @@ from a3c_core.nn.gradcheck import random_rollout
 from a3c_core.nn.network import SPECS, ref_forward_loss
 
 CASES = [("doom-lstm", (1, 84, 84)), ("doom-ff", (1, 84, 84)), ("doom-lstm", (2, 30, 26)),
+         ("doom-lstm", (3, 61, 100)), ("atari-lstm", (1, 42, 42)), ("atari-lstm", (2, 17, 23)),
          ("mlp-lstm", (7,)), ("mlp", (7,))]
 
 
@@ -213,6 +214,8 @@ def test_seeded_init_is_deterministic():
     (("doom-lstm", (8,), 3), {}, "image obs_shape"),
     (("doom-lstm", (1, 6, 84), 3), {}, "too small for conv1"),
     (("doom-ff", (1, 19, 19), 3), {}, "too small for conv2"),
+    (("atari-lstm", (42, 42), 3), {}, "image obs_shape"),
+    (("atari-lstm", (1, 42, 42), 3), {"fc_size": 8}, "unknown option"),
     (("mlp", (1, 84, 84), 3), {}, "vector obs_shape"),
     (("mlp", (4,), 3), {"lstm_size": 8}, "unknown option"),
     (("mlp", (4,), 3), {"activation": "tanh"}, "activation"),
@@ -251,3 +254,120 @@ def test_step_sees_param_updates():
     np.testing.assert_allclose(probs, extras["probs"][0], rtol=2e-5, atol=2e-6)
     assert value == pytest.approx(float(extras["values"][0]), rel=2e-5, abs=2e-5)
     np.testing.assert_allclose(h, extras["state"][0], rtol=2e-5, atol=2e-6)
+
+
+def test_atari_lstm_layout_and_layers():
+    net = build_network("atari-lstm", (1, 42, 42), 6)
+    shapes = {k: v.shape for k, v in net.state_dict().items()}
+    convs = {f"conv{i}.weight": (32, 1 if i == 1 else 32, 3, 3) for i in range(1, 5)}
+    assert shapes == {**{k: v for i in range(1, 5) for k, v in
+                         ((f"conv{i}.weight", convs[f"conv{i}.weight"]), (f"conv{i}.bias", (32,)))},
+                      "lstm.weight_ih": (1024, 288), "lstm.weight_hh": (1024, 256),
+                      "lstm.bias_ih": (1024,), "lstm.bias_hh": (1024,),
+                      "policy.weight": (6, 256), "policy.bias": (6,),
+                      "value.weight": (1, 256), "value.bias": (1,)}
+    assert list(net.layout)[:2] == ["conv1.weight", "conv1.bias"]
+    assert [c.out_shape for c in net.encoder] == [(32, 21, 21), (32, 11, 11), (32, 6, 6),
+                                                   (32, 3, 3)]
+    assert [L.kind for L in net.layers] == ["conv"] * 4 + ["lstm", "heads"]
+    assert net.n_features == 288 and net.lstm_size == 256 and net.recurrent
+    assert net.n_params == 4 * 32 + 9 * 32 + 3 * 9 * 32 * 32 + 1024 * (288 + 256 + 2) + 7 * 257
+    np.testing.assert_allclose(np.linalg.norm(net.state_dict()["policy.weight"], axis=1), 0.01,
+                               rtol=1e-5)
+    assert not net._fused                      # generic per-layer step
+    assert build_network("doom-lstm", (1, 84, 84), 3)._fused
+    assert build_network("doom-ff", (3, 64, 48), 3)._fused
+
+
+def test_fork_shares_params_not_scratch():
+    net = build_network("doom-lstm", (1, 36, 36), 3, seed=1)
+    twin = net.fork()
+    assert twin.params is net.params and twin.grads is not net.grads
+    assert not np.shares_memory(twin.grads, net.grads)
+    for k, v in twin.state_dict().items():
+        assert np.shares_memory(v, net.params), k
+    assert twin.spec == net.spec and twin.layout == net.layout
+    ro_a, ro_b = rollout(net, 5, seed=1), rollout(net, 3, seed=2)
+    s_a, g_a = net.loss_and_grad(*ro_a)
+    g_a = {k: v.copy() for k, v in g_a.items()}
+    probs_a = net.last_probs.copy()
+    twin.loss_and_grad(*ro_b)                  # must not touch net's scratch or grads
+    np.testing.assert_array_equal(net.last_probs, probs_a)
+    for k, v in net.grad_dict().items():
+        np.testing.assert_array_equal(v, g_a[k], err_msg=k)
+    assert twin.last_probs.shape == (3, 3)
+    obs = ro_a[0][0]
+    p1, v1, _ = net.step(obs, None)
+    p2, v2, _ = twin.step(obs, None)
+    np.testing.assert_array_equal(p1, p2)
+    net.params[:] *= 0.5                        # an update is seen through the fork
+    p3, v3, _ = twin.step(obs, None)
+    p4, v4, _ = net.step(obs, None)
+    assert v3 == v4 != v1
+    np.testing.assert_array_equal(p3, p4)
+
+
+def test_forks_in_threads_match_serial():
+    import threading
+
+    net = build_network("atari-lstm", (1, 20, 20), 3, seed=2)
+    rollouts = [rollout(net, 4, seed=s) for s in range(2)]
+    serial = [net.loss_and_grad(*ro)[1]["conv1.weight"].copy() for ro in rollouts]
+    out = [None, None]
+
+    def work(i, n):
+        for _ in range(20):
+            _, g = n.loss_and_grad(*rollouts[i])
+            n.step(rollouts[i][0][0], None)
+        out[i] = g["conv1.weight"].copy()
+    threads = [threading.Thread(target=work, args=(i, net.fork())) for i in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for i in range(2):
+        np.testing.assert_array_equal(out[i], serial[i])
+
+
+@pytest.mark.parametrize("spec,obs_shape", [("doom-lstm", (1, 84, 84)), ("atari-lstm", (1, 42, 42)),
+                                            ("mlp", (5,)), ("mlp-lstm", (5,))])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_step_rejects_non_finite_obs(spec, obs_shape, bad):
+    net = build_network(spec, obs_shape, 3, seed=0)
+    obs = np.random.default_rng(0).random(obs_shape).astype(np.float32)
+    state = None if not net.recurrent else tuple(np.full(net.lstm_size, 0.25, np.float32)
+                                                 for _ in range(2))
+    obs[(0,) * len(obs_shape)] = bad
+    with pytest.raises(ValueError, match="observation contains NaN or inf"):
+        net.step(obs, state)
+    if state is not None:
+        assert np.all(state[0] == 0.25) and np.all(state[1] == 0.25)
+    obs[(0,) * len(obs_shape)] = 0.5
+    probs, value, _ = net.step(obs, state)
+    assert np.all(np.isfinite(probs)) and np.isfinite(value)
+    net.params[:] = np.nan                      # NaN weights are not an input error
+    probs, value, _ = net.step(obs, state)
+    assert np.isnan(value)
+
+
+def test_atari_step_matches_hand_forward():
+    """atari-lstm step vs the ref ops composed by hand here (padding
+    1, stride 2, four convs, LSTM, heads) rather than through the layer list."""
+    from a3c_core.nn import ref
+
+    net = build_network("atari-lstm", (1, 42, 42), 4, dtype=np.float64, seed=5)
+    p = net.state_dict()
+    obs = np.random.default_rng(3).random((1, 42, 42))
+    x = obs[None]
+    for i in range(1, 5):
+        x = ref.elu_forward(ref.conv2d_forward(x, p[f"conv{i}.weight"], p[f"conv{i}.bias"],
+                                               2, 1)[0])[0]
+    assert x.shape == (1, 32, 3, 3)
+    h, c, _ = ref.lstm_step_forward(x.reshape(-1), np.zeros(256), np.zeros(256),
+                                    p["lstm.weight_ih"], p["lstm.weight_hh"],
+                                    p["lstm.bias_ih"], p["lstm.bias_hh"])
+    probs_ref = ref.softmax(p["policy.weight"] @ h + p["policy.bias"])
+    probs, value, (h1, c1) = net.step(obs, None)
+    np.testing.assert_allclose(probs, probs_ref, rtol=1e-12)
+    assert value == pytest.approx(float(p["value.weight"][0] @ h + p["value.bias"][0]), rel=1e-12)
+    np.testing.assert_allclose(h1, h, rtol=1e-12, atol=1e-15)

@@ -143,6 +143,7 @@ def build_layers(name, obs_shape, n_actions, kw):
         n_in = obs_shape[0]
         for i, h in enumerate(kw["hidden"], 1):
             encoder.append(Dense(f"fc{i}", n_in, h, act))
+            n_in = h
     n_feat = encoder[-1].n_out
     core = LSTM(n_feat, kw["lstm_size"]) if recurrent else None
     heads = Heads(core.hidden if core else n_feat, n_actions)
