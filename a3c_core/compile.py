@@ -85,6 +85,8 @@ def cache_stats():
 def add_arguments(p):
     p.add_argument("--check", action="store_true",
                    help="compile nothing: fail (exit 1) if any kernel is not already in the cache")
+    p.add_argument("--spec", action="append", default=None, metavar="NAME",
+                   help="only this network spec (repeatable; default: every spec)")
     p.add_argument("--float64", action="store_true",
                    help="also compile the float64 kernels used by gradient checks (default: float32 only)")
 
@@ -100,7 +102,13 @@ def run_compile(args) -> int:
               f"writable directory, or run a3c compile where the install is writable.", file=sys.stderr)
         return 2
     dtypes = (np.float32, np.float64) if args.float64 else (np.float32,)
-    warm_up(dtypes=dtypes)
+    from a3c_core.nn.network import SPECS
+
+    unknown = [s for s in args.spec or () if s not in SPECS]
+    if unknown:
+        print(f"a3c compile: error: unknown spec(s) {unknown}; valid specs: {', '.join(SPECS)}", file=sys.stderr)
+        return 2
+    warm_up(specs=args.spec, dtypes=dtypes)
     seconds = time.perf_counter() - t0
     n, hits, misses, dirs, compiled = cache_stats()
     where = ", ".join(dirs) if dirs else "(no cache directory)"

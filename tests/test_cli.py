@@ -1,0 +1,220 @@
+"""The a3c command line, run as a real subprocess: version, help texts, eval, plot, compile."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from a3c_core import Policy, build_network
+from a3c_core.checkpoint import save_checkpoint
+
+
+def a3c(*args, env=None, timeout=120):
+    """Run ``python -m a3c_core ARGS``; returns the CompletedProcess (text)."""
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "a3c_core", *args], capture_output=True, text=True,
+                          timeout=timeout, env=full_env)
+
+
+def test_version_both_entry_points():
+    from a3c_core import __version__
+
+    out = a3c("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"a3c_core {__version__}"
+    script = os.path.join(os.path.dirname(sys.executable), "a3c")
+    if os.path.exists(script):
+        out = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and out.stdout.strip() == f"a3c_core {__version__}"
+
+
+def test_train_help_renders_and_says_each_default_once():
+    out = a3c("train", "--help")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "option_strings" not in text and "{'" not in text
+    assert "--pin-threads" in text
+    from a3c_core.cli import build_parser
+
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    for action in train._actions:
+        if action.help and action.dest not in ("help",):
+            assert action.help.lower().count("default") <= 1, (action.dest, action.help)
+    # every help line block: no option says "default" twice once rendered
+    blocks = re.split(r"\n  (?=-)", text)
+    for block in blocks:
+        assert block.lower().count("default") <= 1, block
+
+
+def test_eval_help_documents_every_option():
+    out = a3c("eval", "--help")
+    assert out.returncode == 0
+    text = " ".join(out.stdout.split())
+    assert re.search(r"--episodes N episodes to play \(default: 10\)", text), text
+    assert re.search(r"--seed SEED seed of the env and of action sampling \(default: 0\)", text), text
+    assert re.search(r"-v, --verbose print every episode's return and length", text), text
+
+
+def _vector_ckpt(path, **meta_extra):
+    net = build_network("mlp-lstm", (4,), 2, seed=3)
+    policy = Policy.from_network(net, (4,), env_id="gym:CartPole-v1")
+    meta = dict(policy.meta, **meta_extra)
+    meta["env"] = dict(meta["env"], frame_skip=1, obs_dtype="float32")
+    return save_checkpoint(path, net.params, meta)
+
+
+@pytest.mark.parametrize("content", [os.urandom(2048), b'env = "doom:basic"\nseed = 0\n'])
+def test_eval_on_a_non_checkpoint(tmp_path, content):
+    p = tmp_path / "config.toml"
+    p.write_bytes(b"x" + content)
+    out = a3c("eval", str(p))
+    assert out.returncode == 2
+    assert "is not an .npz checkpoint" in out.stderr and "pickled" not in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_eval_refuses_non_finite_checkpoint(tmp_path):
+    p = _vector_ckpt(str(tmp_path / "c.npz"))
+    z = dict(np.load(p))
+    z["params"] = np.full_like(z["params"], np.nan)
+    np.savez(p, **z)
+    out = a3c("eval", p)
+    assert out.returncode == 2 and "not finite" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_eval_with_a_mismatched_env_is_a_clear_error(tmp_path):
+    pytest.importorskip("gymnasium")
+    net = build_network("doom-lstm", (1, 84, 84), 3)
+    p = Policy.from_network(net, (120, 160), env_id="doom:basic").save(str(tmp_path / "doom.npz"))
+    out = a3c("eval", p, "--env", "MountainCar-v0", "--episodes", "1")
+    assert out.returncode == 2, out.stdout
+    assert "Traceback" not in out.stderr
+    assert "does not match the checkpoint" in out.stderr and "'doom:basic'" in out.stderr
+    assert "(120, 160)" in out.stderr and "(2,)" in out.stderr
+
+
+def test_eval_says_what_it_loaded(tmp_path):
+    pytest.importorskip("gymnasium")
+    run = tmp_path / "run"
+    ckpt = _vector_ckpt(str(run / "checkpoints" / "latest.npz"), counters={"steps": 40000},
+                        moving_avg=21.5, best_moving_avg=30.0, avg_window=100)
+    out = a3c("eval", str(run), "--episodes", "2", "-v")
+    assert out.returncode == 0, out.stderr
+    first = out.stdout.splitlines()[0]
+    assert first.startswith(f"loaded {ckpt}")
+    assert "step 40,000" in first and "21.50 over the last 100 episodes" in first and "best 30.00" in first
+    assert "episode 2: return" in out.stdout
+    assert "gym:CartPole-v1: 2 episodes (greedy)" in out.stdout
+
+
+def test_eval_gif_is_real_time_and_reports_the_file(tmp_path):
+    pytest.importorskip("gymnasium")
+    pytest.importorskip("PIL")
+    pytest.importorskip("pygame")  # CartPole's rgb_array rendering
+    from PIL import Image
+
+    ckpt = _vector_ckpt(str(tmp_path / "c.npz"))
+    gif = str(tmp_path / "ep.gif")
+    out = a3c("eval", ckpt, "--episodes", "1", "--gif", gif)
+    assert out.returncode == 0, out.stderr
+    with Image.open(gif) as im:
+        n = im.n_frames
+        durations = []
+        for i in range(n):
+            im.seek(i)
+            durations.append(im.info["duration"])
+    # CartPole renders at 50 fps, frame skip 1: 20 ms per step
+    m = re.search(r"wrote .*ep\.gif: (\d+) steps of episode 1 as (\d+) GIF frames.*, 20 ms per step "
+                  r"\(frame skip 1 at the env's render_fps 50: 20 ms of game time\), ([\d.]+) s in all",
+                  out.stdout)
+    assert m, out.stdout
+    steps, frames, seconds = int(m[1]), int(m[2]), float(m[3])
+    assert frames == n and seconds == pytest.approx(sum(durations) / 1000) == pytest.approx(steps * 0.02)
+
+
+def test_write_gif_merges_identical_frames_keeping_real_time(tmp_path):
+    pytest.importorskip("PIL")
+    from a3c_core.evaluate import seconds_per_step, write_gif
+
+    class Doomish:
+        env_id, frame_skip = "doom:basic", 4
+
+    step_s, how = seconds_per_step(Doomish())
+    assert step_s == pytest.approx(4 / 35) and how == "frame skip 4 at 35 tics/s"
+    a = np.zeros((8, 8, 3), np.uint8)
+    b = np.full((8, 8, 3), 200, np.uint8)
+    frames = [a, a, a, b, a, b, b]
+    info = write_gif(str(tmp_path / "x.gif"), frames, step_s)
+    assert info["steps"] == 7 and info["frames"] == 4  # a a a | b | a | b b
+    assert info["frame_ms"] == 110  # 114 ms in GIF's 10 ms units
+    assert info["seconds"] == pytest.approx(7 * 0.110)
+
+
+def _fake_run(d, seed):
+    rng = np.random.default_rng(seed)
+    os.makedirs(d)
+    with open(os.path.join(d, "episodes.csv"), "w") as fh:
+        fh.write("episode,wall_time,step,worker,return,length\n")
+        for i in range(150):
+            fh.write(f"{i},{i * 0.5:.3f},{i * 100},{i % 2},{rng.normal(i / 3):.3f},{50}\n")
+        fh.write("150,75.0,15")  # torn last line of a killed run
+    with open(os.path.join(d, "metrics.csv"), "w") as fh:
+        fh.write("wall_time,step,name,value\n")
+        for i in range(30):
+            for name in ("losses/policy_loss", "losses/value_loss", "losses/entropy", "charts/sps"):
+                fh.write(f"{i * 2.5},{i * 500},{name},{rng.random():.4f}\n")
+
+
+def test_plot_overlays_runs_and_prints_the_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    runs = [str(tmp_path / f"run{k}") for k in range(2)]
+    for k, r in enumerate(runs):
+        _fake_run(r, k)
+    out_png = str(tmp_path / "out" / "curves.png")
+    out = a3c("plot", *runs, "-o", out_png, "--window", "20", "--target", "30")
+    assert out.returncode == 0, out.stderr
+    assert f"wrote {out_png}" in out.stdout
+    assert "run0: 150 episodes, final 20-episode average" in out.stdout
+    assert "reached 30" in out.stdout or "did not reach 30" in out.stdout
+    with open(out_png, "rb") as fh:
+        assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+    from a3c_core.plot import moving_average, read_run
+
+    run = read_run(runs[0])
+    assert run["episodes"]["return"].size == 150
+    assert set(run["metrics"]) == {"losses/policy_loss", "losses/value_loss", "losses/entropy", "charts/sps"}
+    x = run["episodes"]["return"]
+    np.testing.assert_allclose(moving_average(x, 20)[-1], x[-20:].mean())
+    np.testing.assert_allclose(moving_average(x, 20)[4], x[:5].mean())
+    # one run: the PNG goes into the run directory
+    out = a3c("plot", runs[1])
+    assert out.returncode == 0 and f"wrote {os.path.join(runs[1], 'learning_curve.png')}" in out.stdout
+
+
+def test_plot_errors(tmp_path):
+    out = a3c("plot", str(tmp_path / "nope"))
+    assert out.returncode == 2 and "run directory not found" in out.stderr
+    _fake_run(str(tmp_path / "r"), 0)
+    code = ("import sys; sys.modules['matplotlib'] = None; from a3c_core.cli import main; "
+            f"sys.exit(main(['plot', {str(tmp_path / 'r')!r}]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "matplotlib is not installed" in out.stderr and "a3c_core[plot]" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_compile_then_check_in_a_fresh_cache(tmp_path):
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    out = a3c("compile", "--check", "--spec", "mlp", env=env)
+    assert out.returncode == 1 and "not in the cache" in out.stderr
+    out = a3c("compile", "--spec", "mlp", env=env)
+    assert out.returncode == 0, out.stderr
+    out = a3c("compile", "--check", "--spec", "mlp", env=env)
+    assert out.returncode == 0, out.stderr
+    m = re.search(r"(\d+) signatures: (\d+) loaded from the cache, 0 compiled", out.stdout)
+    assert m and int(m[1]) == int(m[2]) > 0, out.stdout
+    assert str(tmp_path / "cache") in out.stdout
+    out = a3c("compile", "--spec", "nope", env=env)
+    assert out.returncode == 2 and "unknown spec" in out.stderr
