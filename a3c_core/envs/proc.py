@@ -305,7 +305,8 @@ class ProcEnv(Env):
 
     def close(self):
         """Ask the child to close its env and exit (killed after
-        :data:`CLOSE_TIMEOUT` s); idempotent."""
+        :data:`CLOSE_TIMEOUT` s); idempotent. Call it from the stepping thread
+        or once that thread has stopped (the trainer joins its workers first)."""
         if self._closed:
             return
         self._closed = True
@@ -313,7 +314,6 @@ class ProcEnv(Env):
         if fin is not None:
             fin()
         self._sock = None
-        self._obs = [np.zeros(0)] * 2 if not hasattr(self, "_obs") else self._obs
 
     def _close_handles(self):
         """After the child died: release our side only."""
