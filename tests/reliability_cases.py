@@ -1,0 +1,975 @@
+"""The reliability cases: real CLI processes, real signals, real files.
+
+Shared by ``tests/test_reliability.py`` (one test per case) and
+``bench/reliability.py`` (runs every case and writes the table).
+
+How a case is judged
+--------------------
+Each case runs the real CLI (``python -m a3c_core ARGS``) in a subprocess in
+its own temp dir, in a new session (``start_new_session=True``), with a
+timeout. Its outcome is one of
+
+* ``ok`` - an expected success: the rc the case names (0, or 130 for SIGINT,
+  143 for SIGTERM), the words it must print, and no traceback;
+* ``clear error`` - rc 2 (bad input) or 1 (failure), exactly one
+  ``a3c <cmd>: error: ...`` line, that line contains every word the case lists
+  (e.g. the field name; ``a|b`` means either), and no traceback;
+* ``traceback`` - ``Traceback (most recent call last)`` anywhere in the output;
+* ``accepted silently`` - rc 0 where an error was expected;
+* ``unclear error`` - any other failure where an error was expected (no
+  error line, several, or one that does not name the problem);
+* ``unexpected`` - an expected success that ended otherwise;
+* ``hang`` - the timeout passed (the process group is then SIGKILLed).
+
+Independently of the outcome, every case counts
+
+* orphans: descendants of the CLI process (sampled every 0.2 s while it runs
+  with :func:`proc_util.children_of`) still alive 10 s after it ended, plus
+  any process carrying the case's marker environment variable
+  (``A3C_RELI_CASE=<token>``, inherited by every descendant, ViZDoom engines
+  in their own session included) still alive then; they are SIGKILLed after
+  being counted;
+* data lost: every ``.npz`` checkpoint named on the command line, or inside a
+  run directory named on it, must have the same bytes after a case that does
+  not mean to write it, and must still load if it loaded before; after a
+  kill, the run's last checkpoint must load (the case's own check).
+
+A case passes when its outcome is the expected one and it has no orphan, no
+lost data and no failed check.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from proc_util import alive, children_of, wait_gone
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS_DIR)
+TRACEBACK = "Traceback (most recent call last)"
+ERROR_LINE = re.compile(r"^a3c [a-z]+: error: .*$", re.M)
+MARKER_VAR = "A3C_RELI_CASE"
+ORPHAN_GRACE_S = 10.0
+
+# A short CartPole run: every invalid flag is appended to it, so a value that is
+# wrongly accepted shows up as rc 0 after ~300 steps instead of a long run.
+CART = ["train", "--env", "CartPole-v1", "--workers", "1", "--total-steps", "300",
+        "--no-tensorboard", "--quiet", "--run-dir", "{tmp}/run"]
+DOOM = ["train", "--env", "doom:basic", "--workers", "1", "--total-steps", "300",
+        "--no-tensorboard", "--quiet", "--run-dir", "{tmp}/run"]
+# Runs that only a signal ends.
+CART_LONG = ["train", "--env", "CartPole-v1", "--workers", "1", "--total-steps", "0",
+             "--total-seconds", "120", "--no-tensorboard", "--checkpoint-interval", "1",
+             "--log-interval", "0.5", "--run-dir", "{tmp}/run"]
+DOOM_LONG = ["train", "--env", "doom:basic", "--workers", "1", "--total-steps", "0",
+             "--total-seconds", "120", "--no-tensorboard", "--checkpoint-interval", "1",
+             "--log-interval", "0.5", "--run-dir", "{tmp}/run"]
+
+
+# -- shared runs ----------------------------------------------------------------
+@dataclass
+class Shared:
+    """Trained run directories shared by the cases (never written by a case)."""
+
+    root: str
+    cart: Optional[str] = None
+    doom: Optional[str] = None
+
+    def paths(self) -> dict:
+        out = {}
+        for name in ("cart", "doom"):
+            run = getattr(self, name)
+            if run:
+                out[name] = run
+                out[f"{name}_latest"] = os.path.join(run, "checkpoints", "latest.npz")
+        return out
+
+
+def have_vizdoom() -> bool:
+    try:
+        import vizdoom  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def train_shared(root, doom=True, timeout=300) -> Shared:
+    """Train the shared CartPole (and doom:basic) runs, 300 steps each, under ``root``."""
+    os.makedirs(root, exist_ok=True)
+    shared = Shared(root)
+    todo = [("cart", CART)] + ([("doom", DOOM)] if doom and have_vizdoom() else [])
+    for name, argv in todo:
+        run = os.path.join(root, name)
+        args = [a.replace("{tmp}/run", run) for a in argv]
+        p = subprocess.run([sys.executable, "-m", "a3c_core", *args], cwd=root, env=_child_env(""),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=timeout)
+        if p.returncode != 0 or not os.path.exists(os.path.join(run, "checkpoints", "latest.npz")):
+            raise RuntimeError(f"could not train the shared {name} run (rc {p.returncode}):\n{p.stdout}")
+        setattr(shared, name, run)
+    return shared
+
+
+# -- the case model ---------------------------------------------------------------
+@dataclass
+class Then:
+    """A follow-up command of the same case (e.g. ``--resume`` after a kill)."""
+
+    argv: list
+    rc: tuple = (0,)
+    contains: tuple = ()
+
+
+@dataclass
+class Case:
+    """One reliability case (see the module docstring for how it is judged).
+
+    ``argv`` may use ``{tmp}`` (the case's own dir), ``{cart}``/``{doom}`` (the
+    shared run dirs), ``{cart_latest}``/``{doom_latest}`` and any key the
+    ``setup(ctx) -> dict`` returns. ``expect`` is ``"ok"`` (rc in ``rc``) or
+    ``"error"`` (a clear error whose line holds every word of ``words``).
+    ``drive(run, ctx)`` sends signals while the process runs; ``check(ctx)``
+    returns a list of problems found after it ended. ``bug``: the library bug
+    that makes this case fail today (the test is then a strict xfail).
+    """
+
+    name: str
+    group: str
+    argv: list
+    expect: str = "error"
+    words: tuple = ()
+    rc: tuple = (0,)
+    contains: tuple = ()
+    absent: tuple = ()
+    setup: Optional[Callable] = None
+    drive: Optional[Callable] = None
+    check: Optional[Callable] = None
+    then: Optional[Then] = None
+    needs: tuple = ()
+    writes: bool = False
+    timeout: float = 180.0
+    bug: str = ""
+    what: str = ""
+
+
+@dataclass
+class Result:
+    name: str
+    group: str
+    expect: str
+    outcome: str = ""
+    rc: Optional[int] = None
+    seconds: float = 0.0
+    orphans: list = field(default_factory=list)
+    data_lost: list = field(default_factory=list)
+    problems: list = field(default_factory=list)
+    error_line: str = ""
+    output: str = ""
+    argv: list = field(default_factory=list)
+    bug: str = ""
+    skipped: str = ""
+
+    @property
+    def expected_outcome(self) -> str:
+        return "ok" if self.expect == "ok" else "clear error"
+
+    @property
+    def passed(self) -> bool:
+        return (not self.skipped and self.outcome == self.expected_outcome and not self.orphans
+                and not self.data_lost and not self.problems)
+
+    def report(self) -> str:
+        """A readable account of the case (assertion message, script --verbose)."""
+        lines = [f"case {self.name}: outcome {self.outcome!r} (expected {self.expected_outcome!r}), "
+                 f"rc {self.rc}, {self.seconds:.1f}s",
+                 "command: python -m a3c_core " + " ".join(self.argv)]
+        lines += [f"orphan: {o}" for o in self.orphans]
+        lines += [f"data lost: {d}" for d in self.data_lost]
+        lines += [f"problem: {p}" for p in self.problems]
+        tail = self.output if len(self.output) < 6000 else "...\n" + self.output[-6000:]
+        lines.append("output:\n" + tail)
+        return "\n".join(lines)
+
+
+class Ctx:
+    """What a case's setup/drive/check functions see."""
+
+    def __init__(self, tmp, shared, token):
+        self.tmp = tmp
+        self.shared = shared
+        self.token = token
+        self.paths = {"tmp": tmp, **shared.paths()}
+        self.output = ""
+        self.rc = None
+        self.notes = []
+
+    def fmt(self, argv):
+        return [a.format(**self.paths) for a in argv]
+
+
+# -- running one process ------------------------------------------------------------
+def _child_env(token):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS_DIR, env.get("PYTHONPATH", "")) if p)
+    env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if token:
+        env[MARKER_VAR] = token
+    return env
+
+
+class Proc:
+    """A running CLI process: output collected by a thread, descendants sampled."""
+
+    def __init__(self, argv, cwd, token, extra_env=None):
+        env = _child_env(token)
+        env.update(extra_env or {})
+        self.argv = argv
+        self.p = subprocess.Popen([sys.executable, "-m", "a3c_core", *argv], cwd=cwd, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  start_new_session=True)
+        self.pid = self.p.pid
+        self.t0 = time.monotonic()
+        self.lines = []
+        self.kids = set()
+        self._done = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._reader.start()
+        self._sampler.start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.lines.append(line)
+        self.p.stdout.close()
+
+    def _sample(self):
+        while not self._done.is_set() and self.p.poll() is None:
+            self.kids |= children_of(self.pid)
+            time.sleep(0.2)
+
+    @property
+    def output(self):
+        return "".join(self.lines)
+
+    def running(self):
+        return self.p.poll() is None
+
+    def wait_until(self, pred, timeout=120.0, poll=0.05):
+        """Poll ``pred()`` until true; False if the process ended or time ran out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if pred():
+                return True
+            if not self.running():
+                return bool(pred())
+            time.sleep(poll)
+        return False
+
+    def killpg(self, sig):
+        try:
+            os.killpg(self.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def finish(self, timeout):
+        """Wait for the end; returns False on timeout (the whole group is SIGKILLed)."""
+        remaining = max(1.0, timeout - (time.monotonic() - self.t0))
+        hung = False
+        try:
+            self.p.wait(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            hung = True
+            self.kids |= children_of(self.pid)
+            self.killpg(signal.SIGKILL)
+            self.p.wait(timeout=30)
+        self._done.set()
+        self._reader.join(timeout=10)
+        self._sampler.join(timeout=10)
+        self.seconds = time.monotonic() - self.t0
+        return not hung
+
+
+def marked_pids(token):
+    """Live processes whose environment carries ``A3C_RELI_CASE=token``."""
+    needle = f"{MARKER_VAR}={token}".encode()
+    out = set()
+    me = os.getpid()
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == me:
+            continue
+        try:
+            with open(f"/proc/{d}/environ", "rb") as fh:
+                env = fh.read()
+        except OSError:
+            continue
+        if needle in env.split(b"\0"):
+            out.add(int(d))
+    return alive(out)
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+def _collect_orphans(kids, token):
+    """Descendants or marked processes still alive ORPHAN_GRACE_S after the end; killed."""
+    left = wait_gone(set(kids) | marked_pids(token), timeout=ORPHAN_GRACE_S)
+    left |= marked_pids(token)
+    found = [f"pid {p}: {_cmdline(p)}" for p in sorted(left)]
+    for p in left:  # never leave our own processes behind
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+    return found
+
+
+# -- data checks ------------------------------------------------------------------
+def _protected_files(argv):
+    """``.npz`` files named in ``argv`` or inside a run dir named in it."""
+    files = []
+    for a in argv:
+        if os.path.isfile(a) and a.endswith(".npz"):
+            files.append(os.path.abspath(a))
+        elif os.path.isdir(os.path.join(a, "checkpoints")):
+            ck = os.path.join(a, "checkpoints")
+            files += [os.path.join(ck, f) for f in sorted(os.listdir(ck)) if f.endswith(".npz")]
+    return files
+
+
+def _loads(path):
+    from a3c_core.checkpoint import CheckpointError, load_checkpoint
+
+    try:
+        load_checkpoint(path)
+        return True
+    except CheckpointError:
+        return False
+
+
+def _fingerprint(files):
+    out = {}
+    for f in files:
+        with open(f, "rb") as fh:
+            out[f] = (hashlib.sha256(fh.read()).hexdigest(), _loads(f))
+    return out
+
+
+def _data_lost(before):
+    lost = []
+    for f, (digest, loaded) in before.items():
+        if not os.path.exists(f):
+            lost.append(f"{f} was removed")
+            continue
+        with open(f, "rb") as fh:
+            if hashlib.sha256(fh.read()).hexdigest() != digest:
+                lost.append(f"{f} was changed by a command that should not write it")
+                continue
+        if loaded and not _loads(f):
+            lost.append(f"{f} no longer loads")
+    return lost
+
+
+# -- judging ------------------------------------------------------------------------
+def _word_in(word, line):
+    return any(w.lower() in line.lower() for w in word.split("|"))
+
+
+def classify(case, rc, output, hung):
+    """(outcome, error line, problems) for one finished command of ``case``."""
+    errors = ERROR_LINE.findall(output)
+    line = errors[0] if errors else ""
+    problems = []
+    if hung:
+        return "hang", line, problems
+    if TRACEBACK in output:
+        return "traceback", line, problems
+    if case.expect == "error":
+        if rc == 0:
+            return "accepted silently", line, problems
+        if rc in (1, 2) and len(errors) == 1 and all(_word_in(w, line) for w in case.words):
+            return "clear error", line, problems
+        if rc not in (1, 2):
+            problems.append(f"rc {rc}, expected 1 or 2")
+        if len(errors) != 1:
+            problems.append(f"{len(errors)} 'a3c <cmd>: error:' lines, expected 1")
+        missing = [w for w in case.words if not _word_in(w, line)]
+        if errors and missing:
+            problems.append(f"the error line does not name {missing}")
+        return "unclear error", line, problems
+    if rc not in case.rc:
+        problems.append(f"rc {rc}, expected {' or '.join(map(str, case.rc))}")
+    problems += [f"output lacks {w!r}" for w in case.contains if not _word_in(w, output)]
+    problems += [f"output has {w!r}" for w in case.absent if w.lower() in output.lower()]
+    return ("unexpected" if problems else "ok"), line, problems
+
+
+def skip_reason(case, shared) -> str:
+    if "doom" in case.needs and not have_vizdoom():
+        return "vizdoom is not installed"
+    for name in ("cart", "doom"):
+        if (name in case.needs or "{" + name in " ".join(case.argv)) and not getattr(shared, name):
+            return f"no shared {name} run"
+    return ""
+
+
+def run_case(case: Case, shared: Shared, tmp: str) -> Result:
+    """Run ``case`` in the empty directory ``tmp`` and judge it."""
+    res = Result(case.name, case.group, case.expect, bug=case.bug)
+    reason = skip_reason(case, shared)
+    if reason:
+        res.skipped = reason
+        res.outcome = "skipped"
+        return res
+    os.makedirs(tmp, exist_ok=True)
+    token = uuid.uuid4().hex
+    ctx = Ctx(tmp, shared, token)
+    if case.setup:
+        ctx.paths.update(case.setup(ctx) or {})
+    argv = ctx.fmt(case.argv)
+    res.argv = argv
+    before = {} if case.writes else _fingerprint(_protected_files(argv))
+    extra_env = {"CRASH_ENVS_MARKER": os.path.join(tmp, "env-started")}
+
+    proc = Proc(argv, tmp, token, extra_env)
+    try:
+        if case.drive:
+            case.drive(proc, ctx)
+    finally:
+        finished = proc.finish(case.timeout)
+    res.rc, res.seconds = proc.p.returncode, proc.seconds
+    ctx.output, ctx.rc = proc.output, res.rc
+    res.output = proc.output
+    res.outcome, res.error_line, res.problems = classify(case, res.rc, proc.output, not finished)
+    res.orphans = _collect_orphans(proc.kids, token)
+
+    if case.check and res.outcome != "hang":
+        res.problems += case.check(ctx)
+    if case.then and res.outcome not in ("hang", "traceback"):
+        then_argv = ctx.fmt(case.then.argv)
+        nxt = Proc(then_argv, tmp, token)
+        ok = nxt.finish(case.timeout)
+        res.seconds += nxt.seconds
+        res.argv = argv + ["&&", "python", "-m", "a3c_core"] + then_argv
+        out = nxt.output
+        res.output += f"\n--- then: {' '.join(then_argv)} (rc {nxt.p.returncode}) ---\n{out}"
+        if not ok:
+            res.outcome = "hang"
+        elif TRACEBACK in out:
+            res.outcome = "traceback"
+        else:
+            if nxt.p.returncode not in case.then.rc:
+                res.problems.append(f"follow-up rc {nxt.p.returncode}, expected {case.then.rc}")
+            res.problems += [f"follow-up output lacks {w!r}" for w in case.then.contains
+                             if not _word_in(w, out)]
+            if res.problems and res.outcome == "ok":
+                res.outcome = "unexpected"
+        res.orphans += _collect_orphans(nxt.kids, token)
+    res.data_lost = _data_lost(before)
+    # checks report lost data as "data: ..." problems
+    res.data_lost += [p[5:].strip() for p in res.problems if p.startswith("data:")]
+    res.problems = [p for p in res.problems if not p.startswith("data:")]
+    return res
+
+
+# -- setup helpers ------------------------------------------------------------------
+def _write(ctx, name, data):
+    path = os.path.join(ctx.tmp, name)
+    with open(path, "wb" if isinstance(data, bytes) else "w") as fh:
+        fh.write(data)
+    return path
+
+
+def copy_run(ctx, src, name="run"):
+    """Copy a shared run dir into the case's dir (cases that write get a copy)."""
+    dst = os.path.join(ctx.tmp, name)
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("vizdoom", "tb", "events.*"))
+    return dst
+
+
+def _read_npz(path):
+    with np.load(path, allow_pickle=False) as z:
+        return {k: np.array(z[k]) for k in z.files}
+
+
+def _meta(arrays):
+    return json.loads(bytes(arrays["meta"]).decode())
+
+
+def _with_meta(arrays, meta):
+    out = dict(arrays)
+    out["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    return out
+
+
+def _save_npz(path, arrays):
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+    return path
+
+
+class PickleProbe:
+    """Unpickling this creates the file ``path`` (proof that a loader unpickled)."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def setup_random_bytes(ctx):
+    rng = np.random.default_rng(1)
+    return {"f": _write(ctx, "random.npz", rng.integers(0, 256, 4096, dtype=np.uint8).tobytes())}
+
+
+def setup_empty(ctx):
+    return {"f": _write(ctx, "empty.npz", b"")}
+
+
+def setup_truncated(ctx):
+    data = open(ctx.paths["cart_latest"], "rb").read()
+    return {"f": _write(ctx, "truncated.npz", data[: len(data) // 2])}
+
+
+def setup_corrupt(ctx):
+    data = bytearray(open(ctx.paths["cart_latest"], "rb").read())
+    mid = len(data) // 3
+    data[mid:mid + 64] = bytes((b ^ 0x5A) for b in data[mid:mid + 64])
+    return {"f": _write(ctx, "corrupt.npz", bytes(data))}
+
+
+def setup_foreign(ctx):
+    return {"f": _save_npz(os.path.join(ctx.tmp, "foreign.npz"),
+                           {"x": np.arange(10.0), "y": np.ones((3, 3), np.float32)})}
+
+
+def setup_pickled(ctx):
+    probe = os.path.join(ctx.tmp, "UNPICKLED")
+    ctx.paths["probe"] = probe
+    obj = np.empty(1, dtype=object)
+    obj[0] = PickleProbe(probe)
+    path = os.path.join(ctx.tmp, "pickled.npz")
+    with open(path, "wb") as fh:
+        np.savez(fh, params=obj, meta=obj.copy())
+    return {"f": path}
+
+
+def check_not_unpickled(ctx):
+    return ([f"the loader unpickled an object: {ctx.paths['probe']} was created"]
+            if os.path.exists(ctx.paths["probe"]) else [])
+
+
+def _nan_arrays(ctx, src):
+    arrays = _read_npz(src)
+    arrays["params"] = np.full_like(arrays["params"], np.nan)
+    return arrays
+
+
+def setup_nan_params(ctx):
+    return {"f": _save_npz(os.path.join(ctx.tmp, "nan.npz"), _nan_arrays(ctx, ctx.paths["cart_latest"]))}
+
+
+def setup_newer_format(ctx):
+    arrays = _read_npz(ctx.paths["cart_latest"])
+    meta = _meta(arrays)
+    meta["format_version"] = 99
+    return {"f": _save_npz(os.path.join(ctx.tmp, "future.npz"), _with_meta(arrays, meta))}
+
+
+def setup_missing_wad(ctx):
+    cfg = ("doom_scenario_path = no_such_map.wad\n"
+           "doom_map = map01\n"
+           "available_buttons = { MOVE_LEFT MOVE_RIGHT ATTACK }\n"
+           "episode_timeout = 300\n")
+    return {"cfg": _write(ctx, "missing_wad.cfg", cfg)}
+
+
+def _toml(text):
+    def setup(ctx):
+        return {"toml": _write(ctx, "bad.toml", text)}
+    return setup
+
+
+def setup_best_only(ctx):
+    run = copy_run(ctx, ctx.shared.cart)
+    ck = os.path.join(run, "checkpoints")
+    shutil.copyfile(os.path.join(ck, "latest.npz"), os.path.join(ck, "best.npz"))
+    os.remove(os.path.join(ck, "latest.npz"))
+    return {"run": run}
+
+
+def setup_corrupt_latest_valid_best(ctx):
+    run = copy_run(ctx, ctx.shared.cart)
+    ck = os.path.join(run, "checkpoints")
+    latest = os.path.join(ck, "latest.npz")
+    shutil.copyfile(latest, os.path.join(ck, "best.npz"))
+    data = open(latest, "rb").read()
+    with open(latest, "wb") as fh:
+        fh.write(data[: len(data) // 2])
+    return {"run": run}
+
+
+def setup_truncated_only(ctx):
+    run = copy_run(ctx, ctx.shared.cart)
+    latest = os.path.join(run, "checkpoints", "latest.npz")
+    data = open(latest, "rb").read()
+    for f in os.listdir(os.path.join(run, "checkpoints")):
+        os.remove(os.path.join(run, "checkpoints", f))
+    with open(latest, "wb") as fh:
+        fh.write(data[: len(data) // 2])
+    return {"run": run}
+
+
+def setup_nan_run(ctx):
+    run = copy_run(ctx, ctx.shared.cart)
+    ck = os.path.join(run, "checkpoints")
+    for f in os.listdir(ck):
+        _save_npz(os.path.join(ck, f), _nan_arrays(ctx, os.path.join(ck, f)))
+    return {"run": run}
+
+
+def setup_empty_run(ctx):
+    run = os.path.join(ctx.tmp, "empty-run")
+    os.makedirs(os.path.join(run, "checkpoints"))
+    return {"run": run}
+
+
+def setup_no_best(ctx):
+    run = copy_run(ctx, ctx.shared.cart)
+    best = os.path.join(run, "checkpoints", "best.npz")
+    if os.path.exists(best):
+        os.remove(best)
+    return {"run": run}
+
+
+def check_latest_loads(ctx, run_key="tmp", sub="run"):
+    run = os.path.join(ctx.paths[run_key], sub) if sub else ctx.paths[run_key]
+    latest = os.path.join(run, "checkpoints", "latest.npz")
+    if not os.path.exists(latest):
+        return [f"data: no checkpoint at {latest}"]
+    return [] if _loads(latest) else [f"data: {latest} does not load"]
+
+
+
+def check_resumed_run(ctx):
+    return check_latest_loads(ctx, "run", "")
+
+
+
+def check_interrupted(ctx):
+    problems = check_latest_loads(ctx)
+    summary = os.path.join(ctx.tmp, "run", "summary.json")
+    if not os.path.exists(summary):
+        return problems + ["no summary.json after the signal"]
+    d = json.load(open(summary))
+    if d.get("status") != "interrupted":
+        problems.append(f"summary.json status {d.get('status')!r}, expected 'interrupted'")
+    return problems
+
+
+
+def check_worker_failure(ctx):
+    """A crashed worker leaves a loadable checkpoint if the run wrote one."""
+    latest = os.path.join(ctx.tmp, "run", "checkpoints", "latest.npz")
+    if os.path.exists(latest) and not _loads(latest):
+        return [f"data: {latest} does not load after the worker failed"]
+    return []
+
+
+
+def check_mid_write(ctx):
+    problems = check_latest_loads(ctx)
+    if not ctx.notes:
+        problems.append("the kill did not land during a checkpoint write")
+    return problems
+
+
+
+# -- drivers (real signals) ---------------------------------------------------------
+def _latest(ctx):
+    return os.path.join(ctx.tmp, "run", "checkpoints", "latest.npz")
+
+
+def _after_first_checkpoint(sig, group, settle=1.0):
+    def drive(proc, ctx):
+        if proc.wait_until(lambda: os.path.exists(_latest(ctx)), timeout=150):
+            time.sleep(settle)  # training, not start-up
+            if group:
+                proc.killpg(sig)  # a terminal's Ctrl-C: the whole foreground group
+            else:
+                os.kill(proc.pid, sig)
+    return drive
+
+
+def _sigint_after(seconds):
+    def drive(proc, ctx):
+        time.sleep(seconds)
+        proc.killpg(signal.SIGINT)
+    return drive
+
+
+def drive_sigint_in_env_init(proc, ctx):
+    marker = os.path.join(ctx.tmp, "env-started")
+    if proc.wait_until(lambda: os.path.exists(marker), timeout=120):
+        proc.killpg(signal.SIGINT)
+
+
+def drive_sigint_at_engine_start(proc, ctx):
+    if proc.wait_until(lambda: bool(children_of(proc.pid)), timeout=120, poll=0.02):
+        proc.kids |= children_of(proc.pid)
+        proc.killpg(signal.SIGINT)
+
+
+def drive_kill_mid_write(proc, ctx):
+    """SIGKILL the trainer while a 'latest' checkpoint is being written (its temp file exists)."""
+    ck = os.path.join(ctx.tmp, "run", "checkpoints")
+    if not proc.wait_until(lambda: os.path.exists(_latest(ctx)), timeout=150):
+        return
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.running():
+        try:
+            writing = any(n.startswith(".tmp-latest") for n in os.listdir(ck))
+        except OSError:
+            writing = False
+        if writing:
+            proc.kids |= children_of(proc.pid)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.p.wait(timeout=30)
+            left = [n for n in os.listdir(ck) if n.startswith(".tmp-")]
+            if left:  # the partial file proves the kill landed mid-write
+                ctx.notes.append(f"killed mid-write; partial file left: {left[0]}")
+            return
+        time.sleep(0.002)
+    proc.killpg(signal.SIGKILL)
+
+
+# -- the cases ------------------------------------------------------------------------
+def _flag(name, flags, words, base=CART, bug="", needs=(), group="config flag"):
+    return Case(name, group, base + list(flags), words=tuple(words), bug=bug, needs=needs,
+                what=" ".join(flags))
+
+
+def _toml_case(name, text, words, bug=""):
+    return Case(name, "config TOML", ["train", "--config", "{toml}", "--run-dir", "{tmp}/run",
+                                      "--total-steps", "300", "--quiet", "--no-tensorboard"],
+                words=tuple(words), setup=_toml(text), bug=bug, what=text.strip().replace("\n", "; "))
+
+
+def _eval(name, argv, words=(), expect="error", setup=None, check=None, bug="", needs=(), what="",
+          contains=()):
+    return Case(name, "eval", ["eval", *argv], expect=expect, words=tuple(words), setup=setup,
+                check=check, bug=bug, needs=needs, what=what, contains=tuple(contains))
+
+
+CASES = [
+    # -- invalid config values through flags (rc 2, the field named) --
+    _flag("flag-reward-scale-inf", ["--reward-scale", "inf"], ["reward_scale"]),
+    _flag("flag-entropy-beta-inf", ["--entropy-beta", "inf"], ["entropy_beta"]),
+    _flag("flag-value-coef-inf", ["--value-coef", "inf"], ["value_coef"]),
+    _flag("flag-frame-size-100000-doom", ["--frame-size", "100000"], ["frame_size"], base=DOOM,
+          needs=("doom",)),
+    _flag("flag-t-max-1e8", ["--t-max", "1e8"], ["t-max|t_max"]),
+    _flag("flag-workers-1000", ["--workers", "1000"], ["workers"]),
+    _flag("flag-log-interval-inf", ["--log-interval", "inf"], ["log_interval"]),
+    _flag("flag-lr-negative", ["--lr=-1"], ["lr"]),
+    _flag("flag-lr-nan", ["--lr", "nan"], ["lr"]),
+    _flag("flag-gamma-1.5", ["--gamma", "1.5"], ["gamma"]),
+    _flag("flag-gae-lambda-negative", ["--gae-lambda=-0.1"], ["gae_lambda"]),
+    _flag("flag-optimizer-unknown", ["--optimizer", "adamw"], ["optimizer"]),
+    _flag("flag-spec-unknown", ["--spec", "resnet50"], ["spec"]),
+    _flag("flag-hidden-zero", ["--hidden", "0,64"], ["hidden"]),
+    _flag("flag-hidden-text", ["--hidden", "wide"], ["hidden"]),
+    _flag("flag-t-max-0", ["--t-max", "0"], ["t_max"]),
+    _flag("flag-max-grad-norm-negative", ["--max-grad-norm=-1"], ["max_grad_norm"]),
+    _flag("flag-rmsprop-eps-0", ["--optimizer", "rmsprop", "--rmsprop-eps", "0"], ["rmsprop_eps"]),
+    _flag("flag-adam-beta2-1", ["--adam-beta2", "1.0"], ["adam_beta2"]),
+    _flag("flag-seed-negative", ["--seed=-5"], ["seed"]),
+    _flag("flag-total-steps-negative", ["--total-steps=-1"], ["total_steps"]),
+    _flag("flag-total-seconds-inf", ["--total-seconds", "inf"], ["total_seconds"]),
+    _flag("flag-frame-skip-0", ["--frame-skip", "0"], ["frame_skip"]),
+    _flag("flag-lstm-size-0", ["--lstm-size", "0"], ["lstm_size"]),
+    _flag("flag-checkpoint-interval-negative", ["--checkpoint-interval=-1"], ["checkpoint_interval"]),
+    _flag("flag-reward-clip-nan", ["--reward-clip", "nan"], ["reward_clip"]),
+    _flag("flag-lr-anneal-without-total", ["--lr-anneal", "--total-steps", "0"], ["lr_anneal"]),
+    _flag("flag-hidden-on-doom-spec", ["--hidden", "64"], ["hidden"], base=DOOM, needs=("doom",)),
+    # -- invalid config values through TOML --
+    _toml_case("toml-lr-string", 'env = "CartPole-v1"\nlr = "fast"\n', ["lr"]),
+    _toml_case("toml-unknown-field", 'env = "CartPole-v1"\nlearning_rate = 0.1\n', ["learning_rate"]),
+    _toml_case("toml-syntax-error", 'env = "CartPole-v1"\nlr = = 1\n', ["toml"]),
+    _toml_case("toml-workers-float", 'env = "CartPole-v1"\nworkers = 1.5\n', ["workers"]),
+    _toml_case("toml-gamma-inf", 'env = "CartPole-v1"\ngamma = inf\n', ["gamma"]),
+    _toml_case("toml-bool-as-string", 'env = "CartPole-v1"\ntensorboard = "yes"\n', ["tensorboard"]),
+    _toml_case("toml-empty-env", 'env = ""\n', ["env"]),
+    _toml_case("toml-a3c-table-t-max", '[a3c]\nenv = "CartPole-v1"\nt_max = -3\n', ["t_max"]),
+    Case("toml-file-missing", "config TOML", ["train", "--config", "{tmp}/nope.toml", "--run-dir",
+                                              "{tmp}/run"], words=("nope.toml",)),
+    # -- envs --
+    _flag("env-unknown-id", ["--env", "NoSuchEnv-v9"], ["NoSuchEnv-v9"], group="env"),
+    _flag("env-prefix-typo", ["--env", "dom:basic"], ["dom:basic"], group="env"),
+    _flag("env-doom-unknown-scenario", ["--env", "doom:no_such_scenario"], ["no_such_scenario"],
+          needs=("doom",), group="env"),
+    _flag("env-doom-missing-cfg", ["--env", "doom:{tmp}/missing.cfg"], ["missing.cfg"], needs=("doom",), group="env"),
+    Case("env-doom-cfg-missing-wad", "env", DOOM[:2] + ["--env", "doom:{cfg}"] + DOOM[4:],
+         words=("no_such_map.wad",), setup=setup_missing_wad, needs=("doom",)),
+    _flag("env-module-not-importable", ["--env", "no_such_module:Env-v0"], ["no_such_module"], group="env"),
+    _flag("env-module-id-unregistered", ["--env", "crash_envs:Missing-v0"], ["Missing-v0"], group="env"),
+    _flag("env-box-action-space", ["--env", "crash_envs:BoxAction-v0"], ["Discrete", "Box"], group="env"),
+    Case("env-module-form-trains", "env", CART + ["--env", "crash_envs:Tiny-v0"], expect="ok",
+         contains=("done",)),
+    Case("env-worker-exception", "env", CART + ["--env", "crash_envs:RaiseInStep-v0"],
+         words=("worker", "step failed on purpose"), check=check_worker_failure),
+    Case("env-nan-observation", "env", CART + ["--env", "crash_envs:NaNObs-v0"],
+         words=("nan|non-finite",), check=check_worker_failure),
+    # -- eval: checkpoints good, bad and foreign --
+    _eval("eval-ok-cartpole", ["{cart}", "--episodes", "2"], expect="ok", contains=("mean raw reward",)),
+    _eval("eval-ok-doom", ["{doom}", "--episodes", "1"], expect="ok", contains=("mean raw reward",),
+          needs=("doom",)),
+    _eval("eval-module-form-env", ["{cart}", "--env", "crash_envs:Tiny-v0", "--episodes", "1"],
+          expect="ok", contains=("mean raw reward",)),
+    _eval("eval-random-bytes", ["{f}"], ["not an .npz checkpoint"], setup=setup_random_bytes),
+    _eval("eval-config-toml", ["{cart}/config.toml"], ["not an .npz checkpoint"]),
+    _eval("eval-empty-file", ["{f}"], ["not an .npz checkpoint|empty"], setup=setup_empty),
+    _eval("eval-truncated-npz", ["{f}"], ["truncated|corrupt"], setup=setup_truncated),
+    _eval("eval-corrupt-npz", ["{f}"], ["corrupt"], setup=setup_corrupt),
+    _eval("eval-foreign-npz", ["{f}"], ["not an a3c_core checkpoint"], setup=setup_foreign),
+    _eval("eval-pickled-object-npz", ["{f}"], ["pickle|object"], setup=setup_pickled,
+          check=check_not_unpickled),
+    _eval("eval-nan-params", ["{f}"], ["not finite"], setup=setup_nan_params),
+    _eval("eval-newer-format", ["{f}"], ["newer"], setup=setup_newer_format),
+    _eval("eval-missing-file", ["{tmp}/nope.npz"], ["nope.npz"]),
+    _eval("eval-which-best-missing", ["{run}", "--which", "best"], ["best.npz"], setup=setup_no_best),
+    _eval("eval-doom-checkpoint-on-mountaincar", ["{doom}", "--env", "MountainCar-v0"],
+          ["MountainCar-v0"], needs=("doom",)),
+    _eval("eval-cartpole-checkpoint-on-doom", ["{cart}", "--env", "doom:basic"], ["doom:basic"],
+          needs=("doom",)),
+    _eval("eval-cartpole-checkpoint-on-acrobot", ["{cart}", "--env", "Acrobot-v1"], ["Acrobot-v1"]),
+    _eval("eval-episodes-0", ["{cart}", "--episodes", "0"], ["--episodes"]),
+    # -- resume --
+    Case("resume-best-only", "resume", ["train", "--resume", "{run}", "--total-steps", "600", "--quiet"],
+         expect="ok", contains=("best.npz",), setup=setup_best_only, writes=True,
+         check=check_resumed_run),
+    Case("resume-corrupt-latest-valid-best", "resume",
+         ["train", "--resume", "{run}", "--total-steps", "600", "--quiet"], expect="ok",
+         contains=("best.npz",), setup=setup_corrupt_latest_valid_best, writes=True,
+         check=check_resumed_run),
+    Case("resume-truncated-only", "resume", ["train", "--resume", "{run}"],
+         words=("truncated|corrupt",), setup=setup_truncated_only),
+    Case("resume-nan-params", "resume", ["train", "--resume", "{run}"], words=("not finite",),
+         setup=setup_nan_run),
+    Case("resume-no-checkpoint", "resume", ["train", "--resume", "{run}"], words=("checkpoint",),
+         setup=setup_empty_run),
+    Case("resume-missing-dir", "resume", ["train", "--resume", "{tmp}/nope"], words=("nope",)),
+    Case("resume-other-env", "resume", ["train", "--resume", "{cart}", "--env", "Acrobot-v1"],
+         words=("env|Acrobot",)),
+    Case("resume-other-spec", "resume", ["train", "--resume", "{cart}", "--spec", "mlp"],
+         words=("spec|mlp",)),
+    Case("resume-doom-run-with-cartpole", "resume", ["train", "--resume", "{doom}", "--env",
+                                                     "CartPole-v1"], words=("env|CartPole",),
+         needs=("doom",)),
+    Case("train-into-existing-run-dir", "resume", ["train", "--env", "CartPole-v1", "--run-dir", "{cart}"],
+         words=("run_dir", "--resume")),
+    # -- signals --
+    Case("sigint-group-during-training", "signal", CART_LONG, expect="ok", rc=(130,),
+         contains=("interrupted",), absent=("worker 0 failed", "a3c train: error"),
+         drive=_after_first_checkpoint(signal.SIGINT, group=True), check=check_interrupted),
+    Case("sigterm-during-training", "signal", CART_LONG, expect="ok", rc=(143,),
+         contains=("interrupted:",), absent=("failed",),
+         drive=_after_first_checkpoint(signal.SIGTERM, group=False), check=check_interrupted),
+    Case("sigint-group-doom-training", "signal", DOOM_LONG, expect="ok", rc=(130,),
+         contains=("interrupted",), absent=("failed",), needs=("doom",),
+         drive=_after_first_checkpoint(signal.SIGINT, group=True), check=check_interrupted),
+    Case("sigkill-doom-then-resume", "signal", DOOM_LONG, expect="ok", rc=(-signal.SIGKILL,),
+         needs=("doom",), writes=True, drive=_after_first_checkpoint(signal.SIGKILL, group=False),
+         check=check_latest_loads,
+         then=Then(["train", "--resume", "{tmp}/run", "--total-seconds", "3", "--quiet"],
+                   contains=("resuming from",))),
+    Case("sigkill-mid-checkpoint-write", "signal",
+         ["train", "--env", "CartPole-v1", "--workers", "1", "--total-steps", "0", "--total-seconds",
+          "120", "--no-tensorboard", "--quiet", "--hidden", "512,512", "--lstm-size", "512",
+          "--checkpoint-interval", "0.05", "--run-dir", "{tmp}/run"],
+         expect="ok", rc=(-signal.SIGKILL,), writes=True, drive=drive_kill_mid_write,
+         check=check_mid_write,
+         then=Then(["train", "--resume", "{tmp}/run", "--total-seconds", "2", "--quiet",
+                    "--checkpoint-interval", "0"], contains=("resuming from",))),
+    Case("sigint-during-imports", "signal", CART, expect="ok", rc=(130,), drive=_sigint_after(0.5)),
+    Case("sigint-during-env-start", "signal", CART + ["--env", "crash_envs:SlowInit-v0"], expect="ok",
+         rc=(130,), contains=("interrupted",), drive=drive_sigint_in_env_init),
+    Case("sigint-during-doom-engine-start", "signal", DOOM, expect="ok", rc=(130,), needs=("doom",),
+         drive=drive_sigint_at_engine_start),
+]
+
+
+def case_by_name(name) -> Case:
+    for c in CASES:
+        if c.name == name:
+            return c
+    raise KeyError(name)
+
+
+# -- the table ---------------------------------------------------------------------------
+def summarize(results) -> dict:
+    ran = [r for r in results if not r.skipped]
+    errors = [r for r in ran if r.expect == "error"]
+    return {
+        "cases tried": len(ran),
+        "skipped": len(results) - len(ran),
+        "passed": sum(r.passed for r in ran),
+        "expected errors": len(errors),
+        "clear errors": sum(r.outcome == "clear error" for r in errors),
+        "unclear errors": sum(r.outcome == "unclear error" for r in errors),
+        "accepted silently": sum(r.outcome == "accepted silently" for r in ran),
+        "tracebacks": sum(r.outcome == "traceback" for r in ran),
+        "hangs": sum(r.outcome == "hang" for r in ran),
+        "orphan processes": sum(len(r.orphans) for r in ran),
+        "data lost": sum(len(r.data_lost) for r in ran),
+        "other failed checks": sum(bool(r.problems) and r.outcome in ("ok", "clear error") for r in ran),
+    }
+
+
+def markdown(results, header="") -> str:
+    s = summarize(results)
+    out = [header] if header else []
+    out += ["| measure | count | target |", "|---|---:|---:|"]
+    targets = {"tracebacks": 0, "accepted silently": 0, "unclear errors": 0, "orphan processes": 0,
+               "data lost": 0, "hangs": 0}
+    for k, v in s.items():
+        t = targets.get(k, "")
+        if k == "clear errors":
+            t = s["expected errors"]
+        if k == "passed":
+            t = s["cases tried"]
+        out.append(f"| {k} | {v} | {t} |")
+    out += ["", "| case | group | expected | outcome | rc | orphans | data lost | s | note |",
+            "|---|---|---|---|---:|---:|---:|---:|---|"]
+    for r in results:
+        if r.skipped:
+            out.append(f"| {r.name} | {r.group} | {r.expected_outcome} | skipped | | | | | {r.skipped} |")
+            continue
+        note = r.error_line if r.outcome == "clear error" else "; ".join(r.problems)
+        if r.bug and not r.passed:
+            note = f"BUG: {r.bug}" + (f" ({note})" if note else "")
+        note = note.replace("|", "\\|").replace("\n", " ")
+        if len(note) > 160:
+            note = note[:157] + "..."
+        mark = "" if r.passed else " **(fail)**"
+        out.append(f"| {r.name} | {r.group} | {r.expected_outcome} | {r.outcome}{mark} | {r.rc} | "
+                   f"{len(r.orphans)} | {len(r.data_lost)} | {r.seconds:.1f} | {note} |")
+    return "\n".join(out) + "\n"
