@@ -67,7 +67,7 @@ def test_wrong_shape_or_dtype_names_expected(vec_ckpt, img_ckpt):
         vec.act(np.zeros(5, np.float32))
     with pytest.raises(ValueError, match=r"shape \(3,\).*\(4,\)"):
         vec.act([1.0, 2.0, 3.0])
-    with pytest.raises(TypeError, match=r"dtype <U1.*\(4,\)"):
+    with pytest.raises(TypeError, match=r"\(4,\), got dtype <U1"):
         vec.act(np.array(list("abcd")))
     with pytest.raises(ValueError, match=r"uint8"):
         img.act(np.zeros((120, 160), np.float32))
