@@ -5,10 +5,11 @@ dwarf the timer) and reports the median, min and max.  Rows:
 
 * ``sgemm peak``: numpy float32 ``n x n @ n x n`` on ONE BLAS thread, GFLOP/s;
   the reference every "fraction of peak" is relative to.
-* ``step``: batch-1 ``net.step(obs, state)`` (LSTM state carried), us.
+* ``step``: batch-1 ``net.step(obs, state)`` (LSTM state carried), us; the
+  note says whether the fused ``doom_step`` kernel or the per-layer kernels ran.
 * ``loss_and_grad``: forward + BPTT backward over a ``t_max``-step rollout,
   us and achieved GFLOP/s.  FLOPs come from :func:`flops`: multiply-adds of
-  conv / dense / LSTM layers x 2 for the forward, x 2 again for the backward
+  the network's layer list (``layer.flop_rows()``) x 2 for the forward, x 2 again for the backward
   (input grads + weight grads; the first layer needs no input grad).
   Elementwise work (activations, softmax, LSTM gates) is not counted, so the
   figure is a slight under-count of the work actually done.
@@ -18,6 +19,9 @@ dwarf the timer) and reports the median, min and max.  Rows:
 * ``preprocess``: uint8 gray 120x160 -> float32 84x84 (area resize), us.
 * ``env step``: one ``env.step(a)`` of the env (ViZDoom: frame skip 4; the
   episode resets are not timed), us.  Skipped when the env cannot be made.
+* ``env adapter overhead`` (``doom:*`` envs): ``DoomEnv.step`` minus the bare
+  ``DoomGame`` loop (make_action + screen buffer) on the same game and
+  actions, interleaved (:func:`doom_adapter_overhead_us`), us per step.
 * ``train steps/s wN`` / ``train frames/s wN``: a real :class:`Trainer` with
   N worker threads; after the first update plus a warm-up period the global
   step counter is sampled every 0.5 s for ``--seconds``; median/min/max are
@@ -66,53 +70,14 @@ import numpy as np
 
 
 def layer_table(net) -> list[dict]:
-    """The compute layers of ``net`` as dicts ``{kind, name, macs, ...}`` (per step).
+    """The compute ops of ``net`` as dicts ``{kind, name, macs, ...}`` (per step),
+    from its layer list (``layer.flop_rows()``, in layout order).
 
-    ``kind`` is ``conv`` (``in_shape``, ``out_shape``, ``k``, ``stride``),
-    ``dense`` (``n_in``, ``n_out``) or ``lstm`` (``n_in``, ``hidden``).  Works
-    from the network's conv descriptors when it has them, else from the
-    parameter shapes (convolutions then use the doom strides 4, 2).
+    ``kind`` is ``conv`` (``in_shape``, ``out_shape``, ``k``, ``stride``,
+    ``pad``), ``dense`` (``n_in``, ``n_out``; the heads give ``policy`` and
+    ``value``) or ``lstm`` (``n_in``, ``hidden``).
     """
-    shapes = {k: tuple(v.shape) for k, v in net.state_dict().items()}
-    obs_shape = tuple(getattr(net, "obs_shape", None) or net.spec["obs_shape"])
-    convs = {c.name: c for c in getattr(net, "convs", [])}
-    return layers_from_shapes(shapes, obs_shape,
-                              strides={n: c.stride for n, c in convs.items()} or None)
-
-
-DOOM_STRIDES = {"conv1": 4, "conv2": 2}
-
-
-def layers_from_shapes(shapes: dict, obs_shape, strides=None) -> list[dict]:
-    """Layers from ``{param name: shape}`` in layout order (see :func:`layer_table`)."""
-    strides = dict(DOOM_STRIDES if strides is None else strides)
-    groups: dict[str, dict] = {}
-    for key, shp in shapes.items():
-        mod, _, p = key.rpartition(".")
-        groups.setdefault(mod, {})[p] = tuple(shp)
-    layers = []
-    cur = tuple(obs_shape)
-    for mod, ps in groups.items():
-        if "weight_ih" in ps:
-            g4, n_in = ps["weight_ih"]
-            layers.append({"kind": "lstm", "name": mod, "n_in": n_in, "hidden": g4 // 4,
-                           "macs": g4 * (n_in + g4 // 4)})
-            cur = (g4 // 4,)
-        elif "weight" in ps and len(ps["weight"]) == 4:
-            o, c, kh, kw = ps["weight"]
-            s = int(strides.get(mod, 1))
-            _, h, w = cur
-            oh, ow = (h - kh) // s + 1, (w - kw) // s + 1
-            layers.append({"kind": "conv", "name": mod, "in_shape": cur, "out_shape": (o, oh, ow),
-                           "k": (kh, kw), "stride": s, "macs": oh * ow * o * c * kh * kw})
-            cur = (o, oh, ow)
-        elif "weight" in ps and len(ps["weight"]) == 2:
-            n_out, n_in = ps["weight"]
-            layers.append({"kind": "dense", "name": mod, "n_in": n_in, "n_out": n_out,
-                           "macs": n_out * n_in})
-            if mod not in ("policy", "value"):
-                cur = (n_out,)
-    return layers
+    return [row for layer in net.layers for row in layer.flop_rows()]
 
 
 def flops(net_or_spec="doom-lstm", obs_shape=(1, 84, 84), n_actions=3, *, T=1, **spec_kwargs) -> dict:
@@ -258,8 +223,9 @@ def bench_network(net, T, repeat, min_time, peak, fl) -> list[Row]:
 
     s = time_call(step, repeat=repeat, min_time=min_time)
     gf = fl["per_step"]["forward"] / statistics.median(s) / 1e9
+    path = "fused doom_step" if net.fused_step else "per-layer kernels"
     rows.append(Row("step (batch 1)", _us(s), "us",
-                    f"{net.spec['name']}; {gf:.1f} GFLOP/s = {gf / peak:.0%} of sgemm peak "
+                    f"{net.spec['name']} ({path}); {gf:.1f} GFLOP/s = {gf / peak:.0%} of sgemm peak "
                     f"({fl['per_step']['forward'] / 1e6:.2f} MFLOP)"))
 
     obs, actions, returns, adv = _rollout(net, T, rng)
@@ -601,19 +567,108 @@ def build_parser():
     return p
 
 
-def _make_env(env_id):
-    """``(env, None)`` or ``(None, reason)``: the env gives the network's input shape."""
+def _make_env(env_id, runtime_dir):
+    """``(env, None)`` or ``(None, reason)``: the env gives the network's input
+    shape.  ViZDoom writes its runtime files under ``runtime_dir``."""
     try:
         from a3c_core.envs import make_env
 
-        runtime = tempfile.mkdtemp(prefix="a3c-bench-env-")  # ViZDoom writes _vizdoom* here
         try:
-            env = make_env(env_id, seed=0, runtime_dir=runtime)
+            env = make_env(env_id, seed=0, runtime_dir=runtime_dir)
         except TypeError:  # an adapter without runtime_dir
             env = make_env(env_id, seed=0)
     except Exception as e:  # noqa: BLE001 - env row and e2e are skipped with a note
         return None, f"{type(e).__name__}: {e}"
     return env, None
+
+
+def doom_adapter_overhead_us(scenario="basic", n_steps=3000, repeats=5, seed=0,
+                             runtime_dir=None):
+    """Median us per step: the bare ``DoomGame`` loop (make_action +
+    get_state().screen_buffer, new_episode at the end) versus
+    ``DoomEnv.step``/``reset`` on the same game, same action sequence,
+    interleaved, after a warm-up.  Returns ``{"bare_us": .., "env_us": ..}``."""
+    from a3c_core.envs.doom import DoomEnv
+
+    rng = np.random.default_rng(seed)
+    with DoomEnv(scenario, seed=seed, runtime_dir=runtime_dir) as env:
+        actions = rng.integers(0, env.n_actions, size=n_steps).tolist()
+        game, onehots, skip = env._game, env._actions, env.frame_skip
+
+        def bare():
+            game.new_episode()
+            game.get_state()
+            t0 = time.perf_counter()
+            for a in actions:
+                game.make_action(onehots[a], skip)
+                if game.is_episode_finished():
+                    game.new_episode()
+                game.get_state().screen_buffer
+            return time.perf_counter() - t0
+
+        def adapter():
+            step, reset = env.step, env.reset
+            reset()
+            t0 = time.perf_counter()
+            for a in actions:
+                _, _, terminated, truncated = step(a)
+                if terminated or truncated:
+                    reset()
+            return time.perf_counter() - t0
+
+        bare(), adapter()  # warm-up
+        t_bare, t_env = [], []
+        for _ in range(repeats):
+            t_bare.append(bare())
+            t_env.append(adapter())
+    scale = 1e6 / n_steps
+    return {"bare_us": float(np.median(t_bare) * scale), "env_us": float(np.median(t_env) * scale),
+            "bare_samples_us": [t * scale for t in t_bare],
+            "env_samples_us": [t * scale for t in t_env]}
+
+
+def bench_doom_overhead(scenario, n_steps, repeat, runtime_dir) -> Row:
+    """Row: the ``DoomEnv`` adapter's us per step over the bare ``DoomGame`` loop."""
+    r = doom_adapter_overhead_us(scenario, n_steps, repeat, runtime_dir=runtime_dir)
+    diffs = [e - b for e, b in zip(r["env_samples_us"], r["bare_samples_us"])]
+    return Row("env adapter overhead", diffs, "us",
+               f"DoomEnv.step - bare DoomGame loop per step (bare {r['bare_us']:.0f} us, "
+               f"adapter {r['env_us']:.0f} us; {n_steps} steps x {repeat})")
+
+
+def _bench_micro(args, env, env_err, runtime, repeat, min_time, peak, quick, add, skipped):
+    """Network, kernel, preprocess and env rows; ``(spec, obs_shape, n_actions, flops)``."""
+    from a3c_core.nn.network import build_network
+
+    if env is not None:
+        from a3c_core.obs import ObsPipeline
+
+        pipe_spec = dict(env.preprocess_spec)
+        pipe = ObsPipeline(pipe_spec, env.obs_shape)
+        obs_shape, n_actions = pipe.net_obs_shape, env.n_actions
+        spec = args.spec if args.spec != "auto" else env.default_network
+        raw_image = pipe_spec.get("kind") == "image"
+        raw_shape = tuple(env.obs_shape)
+    else:
+        skipped.append(f"env {args.env} ({env_err})")
+        from a3c_core.nn.gradcheck import DEFAULT_OBS
+
+        spec = args.spec if args.spec != "auto" else "doom-lstm"
+        obs_shape = DEFAULT_OBS[spec] if len(DEFAULT_OBS.get(spec, ())) == 3 else (8,)
+        n_actions, raw_image, raw_shape = 3, True, (120, 160)
+    net = build_network(spec, obs_shape, n_actions)
+    fl = flops(net, T=args.t_max)
+    add(bench_network(net, args.t_max, repeat, min_time, peak, fl))
+    if raw_image and len(raw_shape) in (2, 3):
+        add(bench_preprocess(raw_shape, (84, 84), repeat, min_time))
+    else:
+        add(bench_preprocess((120, 160), (84, 84), repeat, min_time))
+    if env is not None and not args.skip_env:
+        add(bench_env(env, repeat, min_time))
+        if args.env.startswith("doom:"):
+            add(bench_doom_overhead(args.env.split(":", 1)[1], 300 if quick else 1000, repeat,
+                                    runtime))
+    return spec, obs_shape, n_actions, fl
 
 
 def main(argv=None) -> int:
@@ -647,34 +702,14 @@ def main(argv=None) -> int:
     add(bench_sgemm(sgemm_n, repeat, min_time))
     peak = rows[0].median
 
-    env, env_err = _make_env(args.env)
-    from a3c_core.nn.network import build_network
-
-    if env is not None:
-        from a3c_core.obs import ObsPipeline
-
-        pipe_spec = dict(env.preprocess_spec)
-        pipe = ObsPipeline(pipe_spec, env.obs_shape)
-        obs_shape, n_actions = pipe.net_obs_shape, env.n_actions
-        spec = args.spec if args.spec != "auto" else env.default_network
-        raw_image = pipe_spec.get("kind") == "image"
-        raw_shape = tuple(env.obs_shape)
-    else:
-        skipped.append(f"env {args.env} ({env_err})")
-        spec = args.spec if args.spec != "auto" else "doom-lstm"
-        obs_shape = (1, 84, 84) if spec.startswith("doom") else (8,)
-        n_actions, raw_image, raw_shape = 3, True, (120, 160)
-    net = build_network(spec, obs_shape, n_actions)
-    fl = flops(net, T=args.t_max)
-    add(bench_network(net, args.t_max, repeat, min_time, peak, fl))
-    if raw_image and len(raw_shape) in (2, 3):
-        add(bench_preprocess(raw_shape, (84, 84), repeat, min_time))
-    else:
-        add(bench_preprocess((120, 160), (84, 84), repeat, min_time))
-    if env is not None and not args.skip_env:
-        add(bench_env(env, repeat, min_time))
-    if env is not None:
-        env.close()
+    with tempfile.TemporaryDirectory(prefix="a3c-bench-env-") as runtime:
+        env, env_err = _make_env(args.env, runtime)
+        try:
+            spec, obs_shape, n_actions, fl = _bench_micro(args, env, env_err, runtime, repeat,
+                                                          min_time, peak, quick, add, skipped)
+        finally:
+            if env is not None:
+                env.close()
 
     if args.skip_e2e:
         skipped.append("end-to-end and GIL (--skip-e2e)")

@@ -5,7 +5,7 @@
 
 Groups: ``kernels`` (each fast kernel beside its numpy twin), ``step``
 (batch-1 inference), ``loss_and_grad`` (20-step rollout, forward + BPTT),
-``threads`` (two networks in two threads; the speed-up over one thread is in
+``threads`` (two forks of one network in two threads; the speed-up over one thread is in
 ``extra_info['ratio_2_threads']``, no timed assertion), ``startup`` (a fresh
 process importing a3c_core and running the first step with a warm Numba cache;
 ``extra_info['first_step_s']``).
@@ -47,21 +47,22 @@ def _conv_args(net):
 
 
 @pytest.mark.benchmark(group="kernels")
-def test_conv1_single_numba(benchmark, net):
+def test_conv1_single_rows_numba(benchmark, net):
+    """conv1 by the generic batch-1 conv (row im2col + blocked dots)."""
     x, w, b = _conv_args(net)
-    colt = np.empty((64, 400), np.float32)
-    y = np.empty((16, 20, 20), np.float32)
-    benchmark(K.conv_act_single, x, w, b, 4, 0, colt, y)
+    benchmark(K.conv_act_rows, x, w, b, 4, 0, 0, np.empty((400, 64), np.float32),
+              np.empty((16, 20, 20), np.float32))
 
 
 @pytest.mark.benchmark(group="kernels")
 def test_conv1_single_s2d_numba(benchmark, net):
     """conv1 as used by ``doom_step``: space-to-depth axpys, no im2col."""
     x, w, b = _conv_args(net)
-    xs_shape, acc_shape = K.conv_s2d_shapes((1, 84, 84), 8, 4)
+    xs_shape, acc_shape, offs_shape, wtab_shape = K.conv_s2d_shapes((1, 84, 84), 16, 8, 4)
     y = np.empty((16, 20, 20), np.float32)
     benchmark(K.conv_act_s2d, x, w, b, 4, 0, np.empty(xs_shape, np.float32),
-              np.empty(acc_shape, np.float32), y)
+              np.empty(acc_shape, np.float32), np.empty(offs_shape, np.int64),
+              np.empty(wtab_shape, np.float32), y)
 
 
 @pytest.mark.benchmark(group="kernels")
@@ -69,16 +70,8 @@ def test_conv2_single_rows_numba(benchmark, net):
     """conv2 as used by ``doom_step``: row im2col + 4x2 blocked dots."""
     p = net.state_dict()
     x = np.random.default_rng(1).random((16, 20, 20)).astype(np.float32)
-    benchmark(K.conv_act_rows, x, p["conv2.weight"], p["conv2.bias"], 2, 0,
+    benchmark(K.conv_act_rows, x, p["conv2.weight"], p["conv2.bias"], 2, 0, 0,
               np.empty((81, 256), np.float32), np.empty((32, 9, 9), np.float32))
-
-
-@pytest.mark.benchmark(group="kernels")
-def test_conv2_single_numba(benchmark, net):
-    p = net.state_dict()
-    x = np.random.default_rng(1).random((16, 20, 20)).astype(np.float32)
-    benchmark(K.conv_act_single, x, p["conv2.weight"], p["conv2.bias"], 2, 0,
-              np.empty((256, 81), np.float32), np.empty((32, 9, 9), np.float32))
 
 
 @pytest.mark.benchmark(group="kernels")
@@ -145,7 +138,7 @@ def test_lstm_seq_fwd_bwd_numpy(benchmark, net):
 def test_im2col_conv2_numba(benchmark):
     x = np.random.default_rng(4).random((T_MAX, 20, 20, 16)).astype(np.float32)
     cols = np.empty((T_MAX * 81, 256), np.float32)
-    benchmark(K.im2col_nhwc, x, 4, 4, 2, cols)
+    benchmark(K.im2col_nhwc, x, 4, 4, 2, 0, cols)
 
 
 @pytest.mark.benchmark(group="kernels")
@@ -174,6 +167,31 @@ def test_loss_and_grad(benchmark, net, rollout):
                        warmup_rounds=3)
 
 
+@pytest.fixture(scope="module")
+def atari():
+    """atari-lstm, (1, 42, 42), 6 actions: the generic per-layer step path."""
+    n = build_network("atari-lstm", (1, 42, 42), 6, dtype=np.float32, seed=0)
+    return n, random_rollout(n, T_MAX, np.random.default_rng(0))
+
+
+@pytest.mark.benchmark(group="step")
+def test_step_atari(benchmark, atari):
+    net, ro = atari
+    obs, state = ro[0][0], net.initial_state()
+    for _ in range(20):
+        net.step(obs, state)
+    benchmark.pedantic(net.step, args=(obs, state), rounds=2000, iterations=1,
+                       warmup_rounds=50)
+
+
+@pytest.mark.benchmark(group="loss_and_grad")
+def test_loss_and_grad_atari(benchmark, atari):
+    net, ro = atari
+    for _ in range(3):
+        net.loss_and_grad(*ro)
+    benchmark.pedantic(net.loss_and_grad, args=ro, rounds=60, iterations=1, warmup_rounds=3)
+
+
 def _work(nets_rollouts, n_iter):
     net, ro = nets_rollouts
     obs = ro[0]
@@ -188,9 +206,10 @@ def _work(nets_rollouts, n_iter):
 def test_two_threads_ratio(benchmark):
     """One A3C-like unit = 20 steps + one 20-step loss_and_grad; ratio =
     (2 * units per thread / two-thread time) / (units / one-thread time)."""
+    base = build_network("doom-lstm", (1, 84, 84), 3, seed=0)
     pairs = []
     for seed in range(2):
-        n = build_network("doom-lstm", (1, 84, 84), 3, seed=seed)
+        n = base.fork()                 # one Network object per thread, shared params
         pairs.append((n, random_rollout(n, T_MAX, np.random.default_rng(seed))))
     n_iter = 40
     _work(pairs[0], 2)

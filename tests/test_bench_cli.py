@@ -25,17 +25,29 @@ def test_flops_doom_lstm_hand_count():
     assert fl20["total"] == 20 * fl["total"]
 
 
-def test_flops_from_shapes_without_network():
-    shapes = {"conv1.weight": (16, 1, 8, 8), "conv1.bias": (16,),
-              "conv2.weight": (32, 16, 4, 4), "conv2.bias": (32,),
-              "fc.weight": (256, 2592), "fc.bias": (256,),
-              "lstm.weight_ih": (1024, 256), "lstm.weight_hh": (1024, 256),
-              "lstm.bias_ih": (1024,), "lstm.bias_hh": (1024,),
-              "policy.weight": (3, 256), "policy.bias": (3,),
-              "value.weight": (1, 256), "value.bias": (1,)}
-    layers = bench.layers_from_shapes(shapes, (1, 84, 84))
-    assert layers[1]["out_shape"] == (32, 9, 9)
-    assert bench.flops_of_layers(layers)["per_step"]["forward"] == 2 * MACS
+def test_flops_atari_lstm_hand_count():
+    # four 3x3 stride-2 padding-1 convs: 42 -> 21 -> 11 -> 6 -> 3
+    convs = [21 * 21 * 32 * 9, 11 * 11 * 32 * 32 * 9, 6 * 6 * 32 * 32 * 9, 3 * 3 * 32 * 32 * 9]
+    macs = sum(convs) + 4 * 256 * (288 + 256) + 256 * 6 + 256
+    fl = bench.flops("atari-lstm", (1, 42, 42), 6, T=1)
+    assert fl["forward"] == 2 * macs
+    assert fl["backward"] == 2 * 2 * macs - 2 * convs[0]
+    layers = fl["layers"]
+    assert [L["name"] for L in layers] == ["conv1", "conv2", "conv3", "conv4", "lstm", "policy",
+                                          "value"]
+    assert layers[3]["out_shape"] == (32, 3, 3) and layers[0]["pad"] == 1
+    assert [L["macs"] for L in layers[:4]] == convs
+
+
+def test_layer_table_follows_the_network():
+    from a3c_core.nn import build_network
+
+    net = build_network("mlp-lstm", (5,), 2, hidden=(16, 8), lstm_size=12)
+    table = bench.layer_table(net)
+    assert [(L["kind"], L["name"]) for L in table] == [
+        ("dense", "fc1"), ("dense", "fc2"), ("lstm", "lstm"), ("dense", "policy"),
+        ("dense", "value")]
+    assert [L["macs"] for L in table] == [5 * 16, 16 * 8, 48 * (8 + 12), 12 * 2, 12]
 
 
 def test_bench_quick_table_and_json(tmp_path, capsys):
@@ -46,6 +58,7 @@ def test_bench_quick_table_and_json(tmp_path, capsys):
     text = capsys.readouterr().out
     doc = json.loads(out.read_text())
     rows = {r["name"]: r for r in doc["rows"]}
+    assert "doom-lstm (fused doom_step)" in rows["step (batch 1)"]["notes"]
     expected = ["sgemm peak", "step (batch 1)", "loss_and_grad T=20", "loss_and_grad T=20 GFLOP/s",
                 "update T=20", "rmsprop apply", "adam apply", "preprocess"]
     for name in expected:
@@ -64,29 +77,3 @@ def test_bench_quick_table_and_json(tmp_path, capsys):
 def test_bench_rejects_bad_workers():
     with pytest.raises(SystemExit):
         bench.main(["--workers", "0,x"])
-
-
-def test_gil_probe_sees_a_gil_holding_thread():
-    import threading
-    import time
-
-    alone = bench.gil_probe(0.2)
-    base = float(np.median(alone))
-    stop = threading.Event()
-
-    def hog():  # holds the GIL ~80 % of the time: 400 us of Python, 100 us of sleep
-        while not stop.is_set():
-            t = time.perf_counter()
-            while time.perf_counter() - t < 400e-6:
-                pass
-            time.sleep(100e-6)
-
-    th = threading.Thread(target=hog)
-    th.start()
-    try:
-        busy = bench.gil_probe(0.3)
-    finally:
-        stop.set()
-        th.join()
-    # loose: the machine may be shared; the point is that the probe sees the hog
-    assert bench.gil_blocked_fraction(busy, base) > bench.gil_blocked_fraction(alone, base) + 0.3

@@ -274,9 +274,10 @@ def test_atari_lstm_layout_and_layers():
     assert net.n_params == 4 * 32 + 9 * 32 + 3 * 9 * 32 * 32 + 1024 * (288 + 256 + 2) + 7 * 257
     np.testing.assert_allclose(np.linalg.norm(net.state_dict()["policy.weight"], axis=1), 0.01,
                                rtol=1e-5)
-    assert not net._fused                      # generic per-layer step
-    assert build_network("doom-lstm", (1, 84, 84), 3)._fused
-    assert build_network("doom-ff", (3, 64, 48), 3)._fused
+    assert not net.fused_step                  # generic per-layer step
+    assert build_network("doom-lstm", (1, 84, 84), 3).fused_step
+    assert build_network("doom-ff", (3, 64, 48), 3).fused_step
+    assert not build_network("mlp-lstm", (4,), 3).fused_step
 
 
 def test_fork_shares_params_not_scratch():

@@ -270,6 +270,11 @@ class Network:
         return self._dtype
 
     @property
+    def fused_step(self) -> bool:
+        """True when ``step`` runs the one fused ``kernels.doom_step`` call."""
+        return self._fused
+
+    @property
     def n_params(self) -> int:
         return self.layout.size
 
