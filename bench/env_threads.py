@@ -11,12 +11,17 @@ episode end; 1- and 2-thread trials interleaved, median of ``--repeats``):
 * ``ale-vector``: for Atari ids, ale-py's C++ ``AtariVectorEnv(num_envs=1)``
   per thread (same preprocessing: gray 210x160, skip 4, max-pool, no-ops).
 
-Also printed: the stepping thread's own CPU time per step (``time.thread_time``),
-an upper bound on the time it holds the GIL; it is what limits the scaling.
+Also printed, from the 1-thread trials: the stepping thread's own CPU time per
+step (``time.thread_time``), an upper bound on the time it holds the GIL, and
+the total CPU time per step (this process plus the env's child process). On
+a busy machine the wall-clock rates and ratios are noisy; the CPU columns are
+not: 2 workers on 2 free cores scale by about ``2 / (1 + gil / total)`` at
+worst, and ``in-thread`` holds the GIL for the whole step (gil = total).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import threading
 import time
@@ -65,8 +70,21 @@ def _vector_stepper(v):
     return step
 
 
-def trial(steppers, seconds):
-    """(steps/s summed over threads, mean thread CPU us/step)."""
+def _child_cpu(pids):
+    """Seconds of CPU used so far by processes ``pids`` (utime + stime)."""
+    tick, total = os.sysconf("SC_CLK_TCK"), 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except OSError:
+            pass
+    return total
+
+
+def trial(steppers, seconds, pids=()):
+    """(steps/s summed over threads, mean thread CPU us/step, total CPU us/step)."""
     n = len(steppers)
     counts, cpu, stop = [0] * n, [0.0] * n, threading.Event()
     go = threading.Barrier(n + 1)
@@ -84,13 +102,14 @@ def trial(steppers, seconds):
     for t in threads:
         t.start()
     go.wait()
-    t0 = time.perf_counter()
+    t0, p0, c0 = time.perf_counter(), time.process_time(), _child_cpu(pids)
     time.sleep(seconds)
     stop.set()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    return sum(counts) / wall, 1e6 * sum(cpu) / n
+    total = time.process_time() - p0 + _child_cpu(pids) - c0
+    return sum(counts) / wall, 1e6 * sum(cpu) / n, 1e6 * total / max(sum(counts), 1)
 
 
 def measure(make, stepper, seconds, repeats):
@@ -99,18 +118,20 @@ def measure(make, stepper, seconds, repeats):
     for s in steppers:  # warm-up
         for _ in range(50):
             s()
-    one, two, cpu = [], [], []
+    pid0 = [objs[0].pid] if getattr(objs[0], "pid", None) else []
+    one, two, cpu, tot = [], [], [], []
     for _ in range(repeats):
-        r1, c1 = trial(steppers[:1], seconds)
-        r2, _ = trial(steppers, seconds)
+        r1, c1, t1 = trial(steppers[:1], seconds, pid0)
+        r2, _, _ = trial(steppers, seconds)
         one.append(r1)
         two.append(r2)
         cpu.append(c1)
+        tot.append(t1)
     for o in objs:
         (getattr(o, "close_env", None) or o.close)()
     ratios = [b / a for a, b in zip(one, two)]
-    return statistics.median(one), statistics.median(two), statistics.median(ratios), \
-        statistics.median(cpu)
+    return (statistics.median(one), statistics.median(two), statistics.median(ratios),
+            statistics.median(cpu), statistics.median(tot))
 
 
 def main(argv=None):
@@ -127,11 +148,12 @@ def main(argv=None):
     if is_atari_id(args.env):
         options.append(("ale-vector", lambda: _vector_env(args.env), _vector_stepper))
     print(f"{args.env}: median of {args.repeats} interleaved {args.seconds:g} s trials")
-    print(f"{'option':12s} {'1 thread':>16s} {'2 threads':>12s} {'ratio':>6s} {'thread CPU/step':>16s}")
+    print(f"{'option':12s} {'1 thread':>18s} {'2 threads':>12s} {'ratio':>6s} "
+          f"{'thread CPU/step':>16s} {'total CPU/step':>15s}")
     for name, make, stepper in options:
-        r1, r2, ratio, cpu = measure(make, stepper, args.seconds, args.repeats)
-        print(f"{name:12s} {r1:7.0f} st/s {1e6 / r1:4.0f}us {r2:7.0f} st/s {ratio:6.2f} "
-              f"{cpu:12.0f} us", flush=True)
+        r1, r2, ratio, cpu, tot = measure(make, stepper, args.seconds, args.repeats)
+        print(f"{name:12s} {r1:7.0f} st/s {1e6 / r1:5.0f} us {r2:7.0f} st/s {ratio:6.2f} "
+              f"{cpu:13.0f} us {tot:12.0f} us", flush=True)
 
 
 if __name__ == "__main__":
