@@ -171,8 +171,10 @@ class AtariEnv(Env):
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"repeat_action_probability must be in [0, 1], got {p!r}")
         self.repeat_action_probability = p
-        full = defaults["full_action_space"] if full_action_space is None else bool(full_action_space)
-        frames = defaults["max_episode_frames"] if max_episode_frames is None else int(max_episode_frames)
+        full = (defaults["full_action_space"] if full_action_space is None
+                else bool(full_action_space))
+        frames = (defaults["max_episode_frames"] if max_episode_frames is None
+                  else int(max_episode_frames))
         if frames < 0:
             raise ValueError(f"max_episode_frames must be >= 0, got {max_episode_frames!r}")
         self.max_episode_frames = frames
