@@ -1,0 +1,560 @@
+"""The Ray run loop: parameter-server shards, node actors, one run directory.
+
+:class:`RayTrainer` is a :class:`~a3c_core.train.trainer.Trainer` whose
+workers live in node actors (:class:`~a3c_core.distributed.node.Node`, W
+threads each) instead of this process.  The driver keeps everything a
+single-node run has: the run directory, ``config.toml``, ``metrics.csv`` /
+``episodes.csv`` / TensorBoard (every node's episodes and losses merged into
+one run, worker ids ``node * W + i``), ``latest.npz`` / ``best.npz``,
+``--resume``, SIGINT/SIGTERM, ``summary.json`` and the final line.
+
+Topology: S :class:`~a3c_core.distributed.ps.ParamShard` actors (0 CPUs,
+spread over the cluster) hold contiguous slices of the global vectors; N node
+actors (``node_cpus`` CPUs each, spread) train and sync asynchronously.  The
+driver polls the nodes every ``poll_s`` seconds for counters, episodes and
+errors; it never touches the training path.
+
+Faults:
+
+* a node actor that dies is restarted by Ray (``max_restarts``); the driver
+  sees the failed poll, asks the new actor to ``start()``, which pulls the
+  global vectors (it rejoins), and the run goes on.  Steps and episodes the
+  dead node had not reported yet are lost; nothing written is.
+* a shard that dies (shards are not restarted: their slice exists nowhere
+  else) stops the run with :class:`ShardLost` naming the shard; the last
+  checkpoint stays and ``--resume`` continues from it.
+
+Checkpoints hold the global params (from the shards), the optimizer state
+(``opt_state="local"``: the element-wise mean of the nodes' statistics, the
+largest Adam step; ``"global"``: the shards' statistics) and the first live
+node's reward/advantage normalizers.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from a3c_core.checkpoint import CheckpointError
+from a3c_core.distributed.sync import shard_bounds
+from a3c_core.train.logger import MetricsLogger
+from a3c_core.train.trainer import Trainer, TrainingError, _join_all  # noqa: F401
+
+__all__ = ["RayOptions", "RayTrainer", "ShardLost", "NodeLost", "train_ray"]
+
+
+class ShardLost(TrainingError):
+    """A parameter-server shard died: the run stops (resume from the last checkpoint)."""
+
+
+class NodeLost(TrainingError):
+    """A node actor died and Ray could not restart it."""
+
+
+@dataclass
+class RayOptions:
+    """How the run is spread over Ray (the ``--ray`` flags)."""
+
+    #: Ray address ("auto", "ray://host:10001", "host:6379"); None or "local" starts a local Ray
+    address: str | None = None
+    #: node actors (each runs ``cfg.workers`` worker threads)
+    nodes: int = 2
+    #: parameter-server shards (contiguous slices of the flat vectors)
+    shards: int = 1
+    #: sync after this many local updates (0 = only by time)
+    sync_every: int = 0
+    #: sync after this many milliseconds (0 = only by updates)
+    sync_ms: float = 200.0
+    #: where the optimizer statistics live: "local" (per node) or "global" (averaged at the shards)
+    opt_state: str = "local"
+    #: CPUs each node actor reserves (0 = cfg.workers)
+    node_cpus: float = 0
+    #: restarts Ray grants each node actor
+    max_restarts: int = 3
+    #: seconds the driver waits for node actors to be placed and ready
+    start_timeout: float = 300.0
+    #: seconds between driver polls of the nodes
+    poll_s: float = 0.25
+
+    def validate(self):
+        def bad(name, why):
+            raise ValueError(f"ray option '{name}' = {getattr(self, name)!r}: {why}")
+
+        if not 1 <= self.nodes <= 4096:
+            bad("nodes", "must be in [1, 4096]")
+        if not 1 <= self.shards <= 1024:
+            bad("shards", "must be in [1, 1024]")
+        if self.sync_every < 0:
+            bad("sync_every", "must be >= 0")
+        if not (self.sync_ms >= 0 and np.isfinite(self.sync_ms)):
+            bad("sync_ms", "must be a finite number >= 0")
+        if self.sync_every == 0 and self.sync_ms == 0:
+            bad("sync_ms", "sync_every and sync_ms are both 0: the nodes would never sync")
+        if self.opt_state not in ("local", "global"):
+            bad("opt_state", "must be 'local' or 'global'")
+        if self.node_cpus < 0:
+            bad("node_cpus", "must be >= 0")
+        if self.max_restarts < 0:
+            bad("max_restarts", "must be >= 0")
+        return self
+
+
+class _NodeSlot:
+    """Driver-side bookkeeping of one node actor across its restarts."""
+
+    def __init__(self, index, handle):
+        self.index = index
+        self.handle = handle
+        self.status = "starting"    # running | restarting | stopped
+        self.restarts = 0
+        self.pending_start = None   # ObjectRef of a start() call in flight
+        self.lost_at = None
+        self.last = {"steps": 0, "updates": 0, "skipped": 0}
+        self.loss_retired = np.zeros(6)
+        self.loss_now = np.zeros(6)
+        self.sync = {"rounds": 0, "seconds": 0.0, "bytes": 0, "max_seconds": 0.0}
+        self.sync_retired = {"rounds": 0, "seconds": 0.0, "bytes": 0}
+        self.consecutive_skips = 0
+        self.core_offset = 0
+
+
+class RayTrainer(Trainer):
+    """A :class:`Trainer` whose workers run in Ray node actors (see the module docstring)."""
+
+    def __init__(self, cfg, ray_options: RayOptions | None = None, *, resume=None, out=None):
+        self.opts = (ray_options or RayOptions()).validate()
+        self._own_ray = False
+        self.shards, self.slots = [], []
+        super().__init__(cfg, resume=resume, out=out)
+        try:
+            self._close_driver_envs()
+            self._connect()
+            self._launch()
+        except BaseException:
+            self.close()
+            raise
+        with open(os.path.join(self.run_dir, "ray.json"), "w") as fh:
+            json.dump(dataclasses.asdict(self.opts), fh, indent=1)
+
+    # -- setup ----------------------------------------------------------------
+    def _close_driver_envs(self):
+        """The driver built env 0 only to learn specs; the nodes build their own."""
+        for i, env in enumerate(self._envs):
+            if env is not None:
+                env.close()
+                self._envs[i] = None
+
+    def _connect(self):
+        import ray
+
+        if ray.is_initialized():
+            return
+        o = self.opts
+        kw = dict(include_dashboard=False, logging_level="WARNING", log_to_driver=True)
+        if o.address in (None, "", "local"):
+            need = o.nodes * self._node_cpus()
+            kw["num_cpus"] = max(int(np.ceil(need)), os.cpu_count() or 1)
+            ray.init(**kw)
+        else:
+            ray.init(address=o.address, **kw)
+        self._own_ray = True
+
+    def _node_cpus(self):
+        return float(self.opts.node_cpus or self.n_workers)
+
+    def _setup_dict(self):
+        return {
+            "cfg": self.cfg.to_dict(), "n_workers": self.n_workers,
+            "spec_name": self.spec_name, "net_spec": self.net_spec, "net_kwargs": self.net_kwargs,
+            "pipeline_spec": self.pipeline_spec, "settings": self._settings(),
+            "opt_kwargs": self._opt_kwargs(), "opt_state": self.opts.opt_state,
+            "sync_every": self.opts.sync_every, "sync_ms": self.opts.sync_ms,
+            "resumes": self.resumes,
+        }
+
+    def _launch(self):
+        """Shards (from the current, possibly resumed, global vectors), then the nodes."""
+        import ray
+
+        from a3c_core.distributed.node import Node, stat_arrays
+        from a3c_core.distributed.ps import ParamShard
+
+        o = self.opts
+        have = ray.cluster_resources().get("CPU", 0.0)
+        need = o.nodes * self._node_cpus()
+        if have < need:
+            raise ValueError(
+                f"the Ray cluster has {have:g} CPUs; {o.nodes} nodes x {self._node_cpus():g} "
+                f"CPUs need {need:g} (use fewer --nodes or --workers, set --node-cpus, or add machines)")
+        n = self.shared.n_params
+        self.bounds = shard_bounds(n, o.shards)
+        opt = self.shared.optimizer
+        vectors = {"params": self.shared.params}
+        scales = {"params": 1.0}
+        if o.opt_state == "global":
+            for name in stat_arrays(opt):
+                vectors[name] = getattr(opt, name)
+                scales[name] = 1.0 / o.nodes
+        ShardActor = ray.remote(ParamShard).options(num_cpus=0, max_restarts=0,
+                                                    scheduling_strategy="SPREAD")
+        self.shards = [ShardActor.remote(k, lo, hi, {nm: v[lo:hi].copy() for nm, v in vectors.items()},
+                                         scales)
+                       for k, (lo, hi) in enumerate(self.bounds)]
+        restore = ray.put({"optimizer": opt.state_dict(),
+                           "normalizers": {k: n.state_dict() for k, n in self._normalizers().items()}})
+        NodeActor = ray.remote(Node).options(num_cpus=self._node_cpus(), max_restarts=o.max_restarts,
+                                             max_task_retries=0, scheduling_strategy="SPREAD")
+        setup = self._setup_dict()
+        self.slots = [_NodeSlot(i, NodeActor.remote(i, o.nodes, setup, self.shards, self.bounds, restore))
+                      for i in range(o.nodes)]
+        refs = [s.handle.ready.remote() for s in self.slots]
+        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=o.start_timeout)
+        if pending:
+            raise ValueError(f"only {len(ready)} of {o.nodes} node actors were ready after "
+                             f"{o.start_timeout:g}s (not enough free CPUs in the cluster, or slow "
+                             "start-up); see `ray status`")
+        infos = ray.get(refs)
+        ray.get([s.info.remote() for s in self.shards], timeout=o.start_timeout)
+        per_host = {}
+        for slot, info in zip(self.slots, infos):
+            rank = per_host.setdefault(info["node_id"], 0)
+            slot.core_offset = rank * self.n_workers
+            per_host[info["node_id"]] = rank + 1
+        self.hosts = len(per_host)
+
+    # -- checkpoints --------------------------------------------------------------
+    def save(self, which="latest"):
+        """Refresh the driver's copy of the global state from the shards (and
+        the nodes' optimizer statistics), then write it like a single-node run."""
+        self._refresh_global(which)
+        return super().save(which)
+
+    def _refresh_global(self, which):
+        import ray
+
+        from a3c_core.distributed.node import _failed_shard
+
+        refs = [s.pull.remote() for s in self.shards]
+        try:
+            res = ray.get(refs, timeout=120)
+        except Exception as e:  # noqa: BLE001
+            k = _failed_shard(refs)
+            raise CheckpointError(
+                f"parameter-server shard {'?' if k is None else k} did not answer "
+                f"({type(e).__name__}: {str(e).splitlines()[0]}); {which}.npz not written, "
+                "the previous checkpoint is kept") from None
+        opt = self.shared.optimizer
+        for (lo, hi), r in zip(self.bounds, res):
+            self.shared.params[lo:hi] = r["params"]
+            if self.opts.opt_state == "global":
+                for name, arr in r.items():
+                    if name != "params":
+                        getattr(opt, name)[lo:hi] = arr
+        live = [s for s in self.slots if s.status == "running"]
+        states, norms = [], None
+        for s in live:
+            try:
+                states.append(ray.get(s.handle.optimizer_state.remote(), timeout=60))
+                if norms is None:
+                    norms = ray.get(s.handle.normalizer_states.remote(), timeout=60)
+            except Exception:  # noqa: BLE001 - a node lost now; the others suffice
+                continue
+        if states:
+            merged = dict(states[0])
+            for k in getattr(opt, "_ints", ()):
+                merged[k] = max(int(st[k]) for st in states)
+            if self.opts.opt_state == "local":
+                for name in opt._arrays:
+                    merged[name] = np.mean([st[name] for st in states], axis=0, dtype=np.float64)
+            else:
+                for name in opt._arrays:
+                    merged[name] = getattr(opt, name).copy()
+            opt.load_state_dict({k: v for k, v in merged.items() if k not in opt._hyper})
+        mine = self._normalizers()
+        for key, state in (norms or {}).items():
+            if key in mine:
+                mine[key].load_state_dict(state)
+
+    def _normalizers(self):
+        """The driver's copies of the running statistics, by checkpoint meta key."""
+        out = {"reward_normalizer": self.normalizer,
+               "advantage_normalizer": getattr(self, "adv_normalizer", None)}
+        return {k: v for k, v in out.items() if v is not None}
+
+    # -- the run --------------------------------------------------------------
+    def _run(self):
+        cfg = self.cfg
+        status, sig = "done", None
+        path = None
+        try:
+            self.logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard,
+                                        resume_at=getattr(self, "_resume_counters", None))
+            self.t_start = time.perf_counter()
+            for s in self.slots:
+                s.pending_start = s.handle.start.remote(s.core_offset, int(self.shared.steps))
+            self._monitor(None)
+        except KeyboardInterrupt as e:
+            status, sig = "interrupted", getattr(e, "name", "SIGINT")
+            self.stop_event.set()
+            if not cfg.quiet:
+                print(f"\n{sig}: stopping the nodes and writing a checkpoint...", file=self.out, flush=True)
+        finally:
+            self.stop_event.set()
+            if self.t_start is not None:
+                self._stop_nodes()
+                path, save_error = self._final_checkpoints()
+                if save_error:
+                    self.errors.append(("checkpoint", save_error))
+        if self.errors:
+            status = "failed"
+        result = self._result(status, sig, path)
+        result.ray = self.ray_summary()
+        self._write_summary(result)
+        if self.errors:
+            who, text = self.errors[0]
+            first = text.strip().splitlines()[-1] if text.strip() else ""
+            if who == "shard":
+                raise ShardLost(f"{first}; the run stopped. Last checkpoint: {path or 'none written'}; "
+                                f"continue it with --resume {self.run_dir}", self.errors)
+            if who == "node-lost":
+                raise NodeLost(f"{first}; last checkpoint: {path or 'none written'}", self.errors)
+            what = f"{who} failed" if who.startswith("node") else f"{who}: {first}"
+            raise TrainingError(f"{what}; last checkpoint: {path or 'none written'}", self.errors)
+        return result
+
+    def _monitor(self, threads):
+        cfg = self.cfg
+        now = time.perf_counter()
+        last_ckpt = last_log = last_line = now
+        first_ckpt_done = False
+        last_steps = int(self.shared.steps)
+        last_sync = self._sync_totals()
+        prev = self._loss_totals()
+        tty = hasattr(self.out, "isatty") and self.out.isatty()
+        line_every = cfg.log_interval if tty else max(10.0, cfg.log_interval)
+        while not self.stop_event.is_set():
+            self.stop_event.wait(min(self.opts.poll_s, cfg.log_interval))
+            self._poll()
+            now = time.perf_counter()
+            steps = int(self.shared.steps)
+            short, _, n_eps = self.rewards.averages()
+            if cfg.total_steps and steps >= cfg.total_steps:
+                self.stop_reason = "total_steps"
+                self.stop_event.set()
+            if cfg.total_seconds and self.elapsed() >= cfg.total_seconds:
+                self.stop_reason = "total_seconds"
+                self.stop_event.set()
+            if (cfg.target_reward is not None and short is not None
+                    and n_eps >= cfg.reward_window and short >= cfg.target_reward):
+                self.stop_reason = "target_reward"
+                self.stop_event.set()
+            skips = max((s.consecutive_skips for s in self.slots), default=0)
+            if cfg.max_skipped_updates and skips >= cfg.max_skipped_updates:
+                self.errors.append(("divergence", (
+                    f"{skips} updates in a row were skipped for non-finite gradients (NaN/inf) on "
+                    "one node; stopping. Lower lr, reward_scale or max_grad_norm")))
+                self.stop_event.set()
+            if now - last_log >= cfg.log_interval:
+                dt = now - last_log
+                sps = (steps - last_steps) / dt
+                tot = self._loss_totals()
+                d = tot - prev
+                prev = tot
+                sync = self._sync_totals()
+                self._log_sync(steps, sync, last_sync, dt)
+                last_sync = sync
+                self._log_scalars(steps, sps, d)
+                self._maybe_save_best()
+                if not cfg.quiet and now - last_line >= line_every:
+                    self._progress(steps, sps, d, tty)
+                    last_line = now
+                last_log, last_steps = now, steps
+            if cfg.checkpoint_interval and (
+                    (not first_ckpt_done and self.shared.updates > 0)
+                    or now - last_ckpt >= cfg.checkpoint_interval):
+                try:
+                    self.save("latest")
+                except CheckpointError as e:
+                    if not self._shard_dead():
+                        raise
+                    self.errors.append(("shard", self._shard_error_text(e)))
+                    self.stop_event.set()
+                first_ckpt_done, last_ckpt = True, now
+
+    # -- node polling and faults ------------------------------------------------
+    def _poll(self):
+        import ray
+
+        live = [s for s in self.slots if s.status in ("running", "starting")]
+        for s in list(self.slots):
+            if s.pending_start is not None:
+                self._check_start(s)
+        live = [s for s in self.slots if s.status == "running"]
+        refs = [s.handle.poll.remote(int(self.shared.steps)) for s in live]
+        for s, ref in zip(live, refs):
+            try:
+                r = ray.get(ref, timeout=60)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as e:
+                self._node_lost(s, e)
+                continue
+            self._absorb(s, r)
+
+    def _absorb(self, s, r):
+        """Fold one poll result of node ``s`` into the global counters and logs."""
+        d_steps = r["steps"] - s.last["steps"]
+        d_upd = r["updates"] - s.last["updates"]
+        d_skip = r["skipped"] - s.last["skipped"]
+        s.last = {"steps": r["steps"], "updates": r["updates"], "skipped": r["skipped"]}
+        if d_steps:
+            self.shared.add_steps(d_steps)
+        if d_upd:
+            self.shared.add_updates(d_upd)
+        if d_skip:
+            self.shared.add_skipped_updates(d_skip)
+        for wid, ret, length in r["episodes"]:
+            idx = self.shared.add_episodes(1)
+            self._on_episode(wid, ret, length, idx)
+        s.loss_now = np.asarray(r["losses"], np.float64)
+        s.sync = r["sync"]
+        s.consecutive_skips = r["consecutive_skips"]
+        for kind, text in r["errors"]:
+            entry = ("shard", text) if kind == "shard" else (f"node {s.index} ({kind})", text)
+            if entry not in self.errors:
+                self.errors.append(entry)
+            self.stop_event.set()
+
+    def _node_lost(self, s, err):
+        """A poll or start of node ``s`` failed: Ray is restarting it (or cannot)."""
+        if s.status == "restarting":
+            return
+        s.restarts += 1
+        s.status = "restarting"
+        s.lost_at = time.perf_counter()
+        s.loss_retired += s.loss_now
+        s.loss_now = np.zeros(6)
+        for k in ("rounds", "seconds", "bytes"):
+            s.sync_retired[k] += s.sync.get(k, 0)
+        s.sync = {"rounds": 0, "seconds": 0.0, "bytes": 0, "max_seconds": 0.0}
+        s.last = {"steps": 0, "updates": 0, "skipped": 0}
+        if s.restarts > self.opts.max_restarts:
+            self.errors.append(("node-lost", f"node {s.index} died {s.restarts} times; "
+                                f"max_restarts={self.opts.max_restarts} is used up"))
+            self.stop_event.set()
+            return
+        if not self.cfg.quiet:
+            print(f"\nnode {s.index} lost ({type(err).__name__}); Ray restarts it and it rejoins "
+                  f"from the global parameters (restart {s.restarts}/{self.opts.max_restarts})",
+                  file=self.out, flush=True)
+        s.pending_start = s.handle.start.remote(s.core_offset, int(self.shared.steps))
+
+    def _check_start(self, s):
+        import ray
+
+        done, _ = ray.wait([s.pending_start], timeout=0)
+        if not done:
+            if s.lost_at is not None and time.perf_counter() - s.lost_at > self.opts.start_timeout:
+                self.errors.append(("node-lost", f"node {s.index} did not come back within "
+                                    f"{self.opts.start_timeout:g}s of its restart"))
+                self.stop_event.set()
+            return
+        ref, s.pending_start = s.pending_start, None
+        try:
+            ray.get(ref)
+        except ray.exceptions.RayActorError as e:
+            if s.status == "restarting":   # died again before it started: try again
+                s.pending_start = s.handle.start.remote(s.core_offset, int(self.shared.steps))
+            else:
+                self._node_lost(s, e)
+            return
+        except Exception as e:  # noqa: BLE001 - e.g. ShardFailure while joining
+            text = str(e)
+            kind = "shard" if "parameter server" in text else f"node {s.index}"
+            self.errors.append((kind, text))
+            self.stop_event.set()
+            return
+        s.status = "running"
+
+    def _shard_dead(self):
+        import ray
+
+        for k, sh in enumerate(self.shards):
+            try:
+                ray.get(sh.info.remote(), timeout=30)
+            except Exception:  # noqa: BLE001
+                return True
+        return False
+
+    def _shard_error_text(self, e):
+        return str(e)
+
+    def _stop_nodes(self):
+        import ray
+
+        live = [s for s in self.slots if s.status == "running"]
+        refs = [s.handle.stop.remote() for s in live]
+        for s, ref in zip(live, refs):
+            try:
+                self._absorb(s, ray.get(ref, timeout=120))
+            except Exception:  # noqa: BLE001 - a node lost at the very end
+                pass
+            s.status = "stopped"
+
+    # -- metrics ------------------------------------------------------------------
+    def _loss_totals(self):
+        if not self.slots:
+            return np.zeros(6)
+        return np.sum([s.loss_retired + s.loss_now for s in self.slots], axis=0)
+
+    def _sync_totals(self):
+        rounds = sum(s.sync_retired["rounds"] + s.sync.get("rounds", 0) for s in self.slots)
+        secs = sum(s.sync_retired["seconds"] + s.sync.get("seconds", 0.0) for s in self.slots)
+        nbytes = sum(s.sync_retired["bytes"] + s.sync.get("bytes", 0) for s in self.slots)
+        return rounds, secs, nbytes
+
+    def _log_sync(self, steps, now, before, dt):
+        rounds = now[0] - before[0]
+        el = self.elapsed()
+        self.logger.scalar("ray/sync_rounds_per_s", rounds / dt, steps, el)
+        self.logger.scalar("ray/sync_mbytes_per_s", (now[2] - before[2]) / dt / 1e6, steps, el)
+        if rounds > 0:
+            self.logger.scalar("ray/sync_ms", 1e3 * (now[1] - before[1]) / rounds, steps, el)
+        self.logger.scalar("ray/node_restarts", sum(s.restarts for s in self.slots), steps, el)
+
+    def ray_summary(self):
+        rounds, secs, nbytes = self._sync_totals()
+        return {
+            **dataclasses.asdict(self.opts), "hosts": getattr(self, "hosts", None),
+            "workers_per_node": self.n_workers,
+            "node_restarts": [s.restarts for s in self.slots],
+            "sync_rounds": rounds, "sync_bytes": nbytes,
+            "sync_ms_mean": 1e3 * secs / rounds if rounds else None,
+            "sync_ms_max": max((s.sync.get("max_seconds", 0.0) for s in self.slots), default=0.0) * 1e3,
+        }
+
+    # -- resources ----------------------------------------------------------------
+    def close(self):
+        super().close()
+        try:
+            import ray
+        except ImportError:  # pragma: no cover
+            return
+        if not ray.is_initialized():
+            return
+        for a in [s.handle for s in self.slots] + list(self.shards):
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception:  # noqa: BLE001
+                pass
+        self.slots, self.shards = [], []
+        if self._own_ray:
+            ray.shutdown()
+            self._own_ray = False
+
+
+def train_ray(cfg, ray_options=None, *, resume=None, out=None):
+    """One-call version: build a :class:`RayTrainer` and run it."""
+    return RayTrainer(cfg, ray_options, resume=resume, out=out).run()

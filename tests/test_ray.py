@@ -1,0 +1,258 @@
+"""A3C on Ray: sync math (numpy twin), and real 2-node Ray clusters on one machine.
+
+The Ray tests share one ``ray.cluster_utils.Cluster`` (2 nodes x 1 CPU, 100 MB
+object store each), started once for the module and always shut down.  Nothing
+is mocked: shards and nodes are real actors in separate processes.
+"""
+import json
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from a3c_core.distributed.sync import NodeSync, shard_bounds, sync_round_ref
+
+
+# -- sync math, numpy only ------------------------------------------------------
+@pytest.mark.parametrize("n,s", [(1, 1), (100, 3), (4099, 4), (1_200_000, 7)])
+def test_shard_bounds_cover_contiguously(n, s):
+    b = shard_bounds(n, s)
+    assert len(b) == s and b[0][0] == 0 and b[-1][1] == n
+    assert all(lo < hi for lo, hi in b)
+    assert all(b[k][1] == b[k + 1][0] for k in range(s - 1))
+    assert all(lo % 16 == 0 for lo, _ in b)
+    sizes = [hi - lo for lo, hi in b]
+    assert max(sizes) - min(sizes) <= 16
+
+
+def test_shard_bounds_rejects_bad_counts():
+    with pytest.raises(ValueError, match="n_shards must be >= 1"):
+        shard_bounds(100, 0)
+    with pytest.raises(ValueError, match="cannot split 20 parameters into 3"):
+        shard_bounds(20, 3)
+
+
+def _push_pull_ref(global_, bounds, delta, scale=1.0):
+    """The shard's side, element by element (independent of sync_round_ref)."""
+    g = global_.copy()
+    for lo, hi in bounds:
+        for i in range(lo, hi):
+            g[i] = np.float32(g[i] + np.float32(scale) * delta[i])
+    return g
+
+
+def test_node_sync_matches_twin_and_keeps_inflight_updates():
+    rng = np.random.default_rng(0)
+    n = 1000
+    bounds = shard_bounds(n, 3)
+    g = rng.standard_normal(n).astype(np.float32)
+    x = np.zeros(n, np.float32)
+    sync = NodeSync(x, bounds)
+    sync.reset([g[lo:hi] for lo, hi in bounds])
+    np.testing.assert_array_equal(x, g)
+    # another node moved the global vector meanwhile; this node's workers moved x
+    g_other = g + rng.standard_normal(n).astype(np.float32) * 0.1
+    x += rng.standard_normal(n).astype(np.float32) * 0.01
+    x_start = x.copy()
+    base = sync.base.copy()
+    deltas = sync.begin()
+    np.testing.assert_allclose(np.concatenate(deltas), x_start - base, rtol=0, atol=0)
+    # workers write more while the round is in flight
+    x += 0.5
+    x_after = x.copy()
+    pulled = _push_pull_ref(g_other, bounds, np.concatenate(deltas))
+    sync.finish([pulled[lo:hi] for lo, hi in bounds])
+    x_ref, base_ref, g_ref = sync_round_ref(x_start, base, g_other, bounds, x_after=x_after)
+    np.testing.assert_allclose(g_ref, pulled, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(x, x_ref, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(sync.base, base_ref)
+    # global = other node's work + this node's delta; node = global + in-flight 0.5
+    np.testing.assert_allclose(x, g_other + (x_start - base) + 0.5, atol=1e-5)
+
+
+def test_node_sync_clamps_statistics_and_checks_shapes():
+    x = np.full(32, 0.01, np.float32)
+    sync = NodeSync(x, [(0, 16), (16, 32)], clamp_min=0.0)
+    sync.begin()
+    sync.finish([np.full(16, -1.0, np.float32), np.full(16, 2.0, np.float32)])
+    assert (x[:16] == 0).all() and np.allclose(x[16:], 2.0)
+    with pytest.raises(ValueError, match=r"expected \(16,\)"):
+        sync.finish([np.zeros(15, np.float32), np.zeros(16, np.float32)])
+    with pytest.raises(TypeError, match="float32"):
+        NodeSync(np.zeros(4), [(0, 4)])
+    with pytest.raises(ValueError, match="do not cover"):
+        NodeSync(np.zeros(32, np.float32), [(0, 16)])
+
+
+def test_param_shard_adds_scaled_deltas_and_rejects_bad_ones():
+    from a3c_core.distributed.ps import ParamShard
+
+    sh = ParamShard(0, 16, 48, {"params": np.ones(32, np.float32), "v": np.ones(32, np.float32)},
+                    scales={"v": 0.5})
+    out = sh.push_pull({"params": np.full(32, 2.0, np.float32), "v": np.full(32, 2.0, np.float32)})
+    np.testing.assert_array_equal(out["params"], 3.0)
+    np.testing.assert_array_equal(out["v"], 2.0)
+    with pytest.raises(ValueError, match=r"delta 'params' is float64\(32,\)"):
+        sh.push_pull({"params": np.zeros(32)})
+    with pytest.raises(KeyError, match="not 'w'"):
+        sh.push_pull({"w": np.zeros(32, np.float32)})
+
+
+# -- real Ray clusters (skipped without the extra: pip install 'a3c_core[ray]') -----
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    address = os.environ.get("A3C_RAY_TEST_ADDRESS")  # reuse a running 2-node cluster (dev)
+    if address:
+        ray.init(address=address, include_dashboard=False, logging_level="ERROR")
+        try:
+            yield None
+        finally:
+            ray.shutdown()
+        return
+    c = Cluster(initialize_head=True,
+                head_node_args=dict(num_cpus=1, object_store_memory=100 * 1024**2))
+    try:
+        c.add_node(num_cpus=1, object_store_memory=100 * 1024**2)
+        c.wait_for_nodes()
+        ray.init(address=c.address, include_dashboard=False, logging_level="ERROR")
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def _cfg(tmp_path, **kw):
+    from a3c_core.train.config import Config
+
+    base = dict(env="CartPole-v1", spec="mlp-lstm", workers=1, seed=0, total_steps=0,
+                checkpoint_interval=5.0, log_interval=0.5, quiet=True, tensorboard=False,
+                run_dir=str(tmp_path / "run"))
+    base.update(kw)
+    return Config(**base)
+
+
+def test_ray_sync_rounds_match_numpy_twin(cluster, tmp_path):
+    """Two node actors (one per Ray node) and 3 shards: push, add, pull vs the twin."""
+    import ray
+
+    from a3c_core.distributed.driver import RayOptions, RayTrainer
+
+    opts = RayOptions(nodes=2, shards=3, opt_state="global", sync_ms=1e9, start_timeout=120)
+    tr = RayTrainer(_cfg(tmp_path), opts)
+    try:
+        assert tr.hosts == 2
+        n = tr.shared.n_params
+        b = tr.bounds
+        g = tr.shared.params.copy()
+        a, c = (s.handle for s in tr.slots)
+        ray.get([a.join.remote(), c.join.remote()])
+        rng = np.random.default_rng(1)
+        base = {0: g.copy(), 1: g.copy()}
+        for node, h in ((0, a), (1, c), (0, a)):
+            x = base[node] + rng.standard_normal(n).astype(np.float32) * 0.01
+            ray.get(h.set_local.remote("params", x))
+            ray.get(h.sync_once.remote())
+            x_ref, base[node], g = sync_round_ref(x, base[node], g, b)
+            np.testing.assert_allclose(ray.get(h.local_params.remote()), x_ref, atol=1e-6)
+            got = np.concatenate([ray.get(s.pull.remote(["params"]))["params"] for s in tr.shards])
+            np.testing.assert_allclose(got, g, atol=1e-6)
+        # global optimizer statistics: each node's delta counts 1/n_nodes
+        stat = "exp_avg_sq"
+        g_v = np.concatenate([ray.get(s.pull.remote([stat]))[stat] for s in tr.shards])
+        v = np.abs(rng.standard_normal(n)).astype(np.float32)
+        ray.get(c.set_local.remote(stat, v))
+        ray.get(c.sync_once.remote())
+        _, _, g_v_ref = sync_round_ref(v, g_v, g_v, b, scale=0.5)
+        got_v = np.concatenate([ray.get(s.pull.remote([stat]))[stat] for s in tr.shards])
+        np.testing.assert_allclose(got_v, g_v_ref, atol=1e-6)
+    finally:
+        tr.close()
+
+
+def test_ray_run_learns_cartpole(cluster, tmp_path):
+    from a3c_core.distributed.driver import RayOptions, train_ray
+
+    cfg = _cfg(tmp_path, target_reward=475.0, total_seconds=120.0)
+    res = train_ray(cfg, RayOptions(nodes=2, shards=2, sync_ms=20, start_timeout=120))
+    assert res.status == "done", res
+    assert res.moving_avg is not None and res.moving_avg >= 475, res
+    run = tmp_path / "run"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["stop_reason"] == "target_reward"
+    assert summary["ray"]["hosts"] == 2 and summary["ray"]["sync_rounds"] > 0
+    # both nodes' workers wrote into the one episodes.csv
+    rows = (run / "episodes.csv").read_text().splitlines()[1:]
+    assert {r.split(",")[3] for r in rows} == {"0", "1"}
+    assert len(rows) == summary["episodes"]
+    from a3c_core.checkpoint import load_checkpoint
+
+    ck = load_checkpoint(str(run), "latest")
+    assert ck.meta["counters"]["steps"] == res.steps
+
+
+def test_ray_node_killed_is_restarted_and_run_finishes(cluster, tmp_path):
+    import ray
+
+    from a3c_core.distributed.driver import RayOptions, RayTrainer
+
+    cfg = _cfg(tmp_path, total_steps=12_000)
+    tr = RayTrainer(cfg, RayOptions(nodes=2, shards=1, sync_ms=20, max_restarts=2, start_timeout=120))
+    killed = {}
+
+    def killer():
+        while tr.shared.steps < 3000 and not tr.stop_event.is_set():
+            time.sleep(0.05)
+        killed["at"] = int(tr.shared.steps)
+        ray.kill(tr.slots[1].handle, no_restart=False)
+
+    th = threading.Thread(target=killer, daemon=True)
+    th.start()
+    res = tr.run()
+    th.join(5)
+    assert "at" in killed
+    assert res.status == "done" and res.steps >= 12_000
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["ray"]["node_restarts"] == [0, 1]
+    rows = (tmp_path / "run" / "episodes.csv").read_text().splitlines()[1:]
+    # the restarted node 1 reported episodes after the kill
+    assert any(r.split(",")[3] == "1" and int(r.split(",")[2]) > killed["at"] + 1000 for r in rows)
+
+
+def test_ray_shard_lost_stops_run_and_resume_continues(cluster, tmp_path):
+    import ray
+
+    from a3c_core.checkpoint import load_checkpoint
+    from a3c_core.distributed.driver import RayOptions, RayTrainer, ShardLost
+
+    cfg = _cfg(tmp_path, total_steps=0, checkpoint_interval=0.5)
+    tr = RayTrainer(cfg, RayOptions(nodes=2, shards=2, sync_ms=20, start_timeout=120))
+    ckpt = tmp_path / "run" / "checkpoints" / "latest.npz"
+
+    def killer():
+        while not ckpt.exists() and not tr.stop_event.is_set():
+            time.sleep(0.05)
+        time.sleep(1.0)
+        ray.kill(tr.shards[1], no_restart=True)
+
+    th = threading.Thread(target=killer, daemon=True)
+    th.start()
+    with pytest.raises(ShardLost, match=r"parameter-server shard 1 .*--resume"):
+        tr.run()
+    th.join(5)
+    before = load_checkpoint(str(tmp_path / "run"), "latest")
+    steps0 = before.meta["counters"]["steps"]
+    assert steps0 > 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    res = RayTrainer(cfg.replace(total_steps=steps0 + 2000), RayOptions(nodes=2, sync_ms=20),
+                     resume=str(tmp_path / "run")).run()
+    assert res.status == "done" and res.steps >= steps0 + 2000
+    after = load_checkpoint(str(tmp_path / "run"), "latest")
+    assert after.meta["counters"]["resumes"] == 1
