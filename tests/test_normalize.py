@@ -90,3 +90,12 @@ def test_normalized_rewards_are_unit_free():
         out[unit] = np.concatenate(scaled)
     np.testing.assert_allclose(out[0.01], out[1.0], rtol=1e-9)
     np.testing.assert_allclose(out[100.0], out[1.0], rtol=1e-9)
+
+
+def test_advantage_normalizer_uses_the_rms():
+    from a3c_core.core.normalize import AdvantageNormalizer
+
+    a = AdvantageNormalizer(min_count=1)
+    x = np.array([1.0, 3.0, 5.0, -2.0])
+    a.update(x)
+    assert a.scale == pytest.approx(1 / math.sqrt(np.mean(x**2) + a.eps), rel=1e-12)

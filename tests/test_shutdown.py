@@ -91,6 +91,8 @@ def test_sigkill_then_resume_loses_at_most_one_interval(tmp_path):
     ck2 = load_checkpoint(run)
     assert ck2.meta["counters"]["steps"] >= steps0 + 600
     assert ck2.meta["counters"]["resumes"] == 1
+    # the reward normalizer's statistics were restored, then grew
+    assert ck2.meta["reward_normalizer"]["count"] > ck.meta["reward_normalizer"]["count"] > 0
     # episodes continue from the checkpoint's counter: no duplicates, no gaps, no torn rows
     idx = _episode_indices(run)
     assert idx == list(range(1, len(idx) + 1))

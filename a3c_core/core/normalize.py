@@ -30,7 +30,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["ReturnNormalizer", "running_returns"]
+__all__ = ["ReturnNormalizer", "AdvantageNormalizer", "running_returns"]
 
 
 def running_returns(rewards, gamma, acc):
@@ -89,8 +89,11 @@ class ReturnNormalizer:
             self.m2 += m2_b + delta * delta * n_a * n_b / n
             self.count = n
             if n >= self.min_count:
-                self.scale = 1.0 / math.sqrt(self.m2 / n + self.eps)
+                self.scale = self._scale_from(n, self.mean, self.m2)
             return self.scale
+
+    def _scale_from(self, n, mean, m2):
+        return 1.0 / math.sqrt(m2 / n + self.eps)
 
     def state_dict(self) -> dict:
         with self._lock:
@@ -106,4 +109,25 @@ class ReturnNormalizer:
             raise ValueError(f"reward normalizer state is invalid: {d!r}")
         with self._lock:
             self.count, self.mean, self.m2 = count, mean, m2
-            self.scale = 1.0 / math.sqrt(m2 / count + self.eps) if count >= self.min_count else 1.0
+            self.scale = self._scale_from(count, mean, m2) if count >= self.min_count else 1.0
+
+
+class AdvantageNormalizer(ReturnNormalizer):
+    """Running root-mean-square of the advantages -> policy-gradient scale.
+
+    Return normalization puts value targets on a unit scale, but the
+    advantages (the policy-gradient weights) of a task can still be much
+    smaller than its return spread: CartPole's per-step advantages are a few
+    percent of its return std, so a fixed entropy bonus outweighs them and the
+    policy stays random.  Dividing advantages by their running RMS (over the
+    whole run, like the return statistics; not per rollout, which is noisy at
+    t_max = 20) gives the policy term a unit scale in every task, so the
+    entropy coefficient is one fixed trade-off.  ``scale`` is
+    ``1 / sqrt(mean^2 + var + eps)``; the advantages are not centred.
+    """
+
+    def __init__(self, *, eps=1e-8, min_count=2):
+        super().__init__(1.0, eps=eps, min_count=min_count)
+
+    def _scale_from(self, n, mean, m2):
+        return 1.0 / math.sqrt(m2 / n + mean * mean + self.eps)

@@ -174,7 +174,7 @@ class Trainer:
     def __init__(self, cfg: Config, *, resume: str | None = None, out=None):
         from a3c_core import checkpoint as _ck
         from a3c_core.core import SharedState, make_optimizer
-        from a3c_core.core.normalize import ReturnNormalizer
+        from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer
         from a3c_core.envs import make_env
         from a3c_core.nn.network import build_network
 
@@ -213,7 +213,7 @@ class Trainer:
         self._envs = [None] * self.n_workers
         try:
             self._envs[0] = self._new_env(0, main_thread=True)  # unknown ids fail before any file is written
-            self._setup(ckpt, SharedState, make_optimizer, ReturnNormalizer)
+            self._setup(ckpt, SharedState, make_optimizer, ReturnNormalizer, AdvantageNormalizer)
         except BaseException:
             self.close()  # no engine process left behind by a refused start
             raise
@@ -249,7 +249,7 @@ class Trainer:
             if main_thread and self._cores:
                 _pin_thread(mask)
 
-    def _setup(self, ckpt, SharedState, make_optimizer, ReturnNormalizer):
+    def _setup(self, ckpt, SharedState, make_optimizer, ReturnNormalizer, AdvantageNormalizer):
         cfg = self.cfg
         env = self._envs[0]
         self.spec_name = network_spec_for(cfg, env)
@@ -271,7 +271,8 @@ class Trainer:
         opt = make_optimizer(cfg.optimizer, net.n_params, **self._opt_kwargs())
         self.shared = SharedState(net.params, opt)
         self.normalizer = None if cfg.reward_scale is not None else ReturnNormalizer(cfg.gamma)
-        self.store = ThreadStore(self.shared, self.normalizer, self._on_episode)
+        self.adv_normalizer = AdvantageNormalizer() if cfg.normalize_advantages else None
+        self.store = ThreadStore(self.shared, self.normalizer, self._on_episode, self.adv_normalizer)
         self.wall_offset = 0.0
         if ckpt is not None:
             check_layout(ckpt, net)
@@ -298,7 +299,8 @@ class Trainer:
             t_max=c.t_max, gamma=c.gamma, gae_lambda=c.gae_lambda, value_coef=c.value_coef,
             entropy_beta=c.entropy_beta, max_grad_norm=c.max_grad_norm,
             reward_scale=c.reward_scale, reward_clip=c.effective_reward_clip(),
-            bootstrap_truncated=c.bootstrap_truncated())
+            bootstrap_truncated=c.bootstrap_truncated(),
+            normalize_advantages=c.normalize_advantages)
 
     def _restore(self, ckpt):
         if ckpt.meta.get("optimizer") != self.cfg.optimizer:
@@ -319,9 +321,10 @@ class Trainer:
                 "optimizer": opt_state,
                 "counters": {k: counters.get(k, 0) for k in type(self.shared)._COUNTERS},
             })
-            norm_state = ckpt.meta.get("reward_normalizer")
-            if self.normalizer is not None and norm_state is not None:
-                self.normalizer.load_state_dict(norm_state)
+            for norm, key in ((self.normalizer, "reward_normalizer"),
+                              (self.adv_normalizer, "advantage_normalizer")):
+                if norm is not None and ckpt.meta.get(key) is not None:
+                    norm.load_state_dict(ckpt.meta[key])
         except (ValueError, TypeError) as e:
             raise CheckpointError(f"checkpoint {ckpt.path} cannot be resumed: {e}") from None
         self.wall_offset = float(counters.get("wall_seconds", 0.0))
@@ -360,6 +363,8 @@ class Trainer:
             "best_long_avg": None if not np.isfinite(self.best_avg) else float(self.best_avg),
             "best_step": self.best_step,
             "reward_normalizer": None if self.normalizer is None else self.normalizer.state_dict(),
+            "advantage_normalizer": (None if self.adv_normalizer is None
+                                     else self.adv_normalizer.state_dict()),
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         if not np.all(np.isfinite(st["params"])):
@@ -549,6 +554,8 @@ class Trainer:
             log.scalar("charts/long_avg_return", long_avg, steps, el)
         if self.normalizer is not None:
             log.scalar("charts/reward_scale", self.normalizer.scale, steps, el)
+        if self.adv_normalizer is not None:
+            log.scalar("charts/advantage_scale", self.adv_normalizer.scale, steps, el)
         n_upd = d[4]
         if n_upd > 0:
             for i, name in enumerate(("policy_loss", "value_loss", "entropy", "grad_norm")):

@@ -11,7 +11,9 @@ other workers goes through a :class:`Store` with five operations:
 * ``record_episode(wid, raw_return, length)`` - report a finished episode;
 * ``reward_scale(returns) -> scale`` - merge the rollout's discounted returns
   into the running statistics and return the current reward scale (only
-  called when rewards are normalized, see :mod:`a3c_core.core.normalize`).
+  called when rewards are normalized, see :mod:`a3c_core.core.normalize`);
+* ``advantage_scale(advantages) -> scale`` - the same for the advantages
+  (only called when ``normalize_advantages`` is set).
 
 :class:`ThreadStore` implements it in-process for worker threads (Hogwild on
 one :class:`~a3c_core.core.SharedState`); another backend (a process, a Ray
@@ -59,6 +61,8 @@ class RolloutSettings:
     #: normalized rewards are clipped to [-norm_clip, norm_clip]
     norm_clip: float = 10.0
     bootstrap_truncated: bool = True
+    #: divide advantages by their running RMS (see core.normalize.AdvantageNormalizer)
+    normalize_advantages: bool = False
 
 
 class LossStats:
@@ -99,6 +103,9 @@ class Store:
     def reward_scale(self, returns) -> float:
         raise NotImplementedError
 
+    def advantage_scale(self, advantages) -> float:
+        raise NotImplementedError
+
 
 class ThreadStore(Store):
     """In-process store: Hogwild on a :class:`~a3c_core.core.SharedState`.
@@ -109,9 +116,10 @@ class ThreadStore(Store):
     non-finite updates in a row (reset by an applied one).
     """
 
-    def __init__(self, shared, normalizer=None, on_episode=None):
+    def __init__(self, shared, normalizer=None, on_episode=None, adv_normalizer=None):
         self.shared = shared
         self.normalizer = normalizer
+        self.adv_normalizer = adv_normalizer
         self.on_episode = on_episode
         self.consecutive_skips = 0
         self._lock = threading.Lock()
@@ -139,6 +147,9 @@ class ThreadStore(Store):
 
     def reward_scale(self, returns):
         return self.normalizer.update(returns)
+
+    def advantage_scale(self, advantages):
+        return self.adv_normalizer.update(advantages)
 
 
 class Worker:
@@ -254,6 +265,8 @@ class Worker:
 
         s, st = self.s, self.stats
         ret, adv = gae(self.rewards[:n], self.values[:n], boot, s.gamma, s.gae_lambda)
+        if s.normalize_advantages:
+            adv = adv * np.float32(self.store.advantage_scale(adv))
         loss, _ = self.net.loss_and_grad(self.obs_buf[:n], self.actions[:n], ret, adv, state0,
                                          value_coef=s.value_coef, entropy_beta=s.entropy_beta)
         norm, applied = self.store.apply(self.net.grads, s.max_grad_norm, self.offset)
