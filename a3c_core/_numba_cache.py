@@ -74,7 +74,8 @@ def _register():
             if not warned:
                 warned.append(True)
                 warnings.warn(
-                    f"a3c_core: compiled {self._name} {sig} but its cache directory "
+                    f"a3c_core: compiled {self._py_func.__module__}.{self._py_func.__qualname__} "
+                    f"({len(sig)} arguments) but its cache directory "
                     f"{self._cache_path} is read-only, so the next process compiles it again; "
                     f"run `a3c compile` where the install is writable (image build)",
                     RuntimeWarning, stacklevel=2)
