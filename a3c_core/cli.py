@@ -10,11 +10,12 @@ from dataclasses import MISSING, fields
 def _field_help(f, default) -> str:
     """A config field's ``--help`` text: its documentation plus its default, said once.
 
-    A help text that states its own default (env-dependent ones do) gets no
-    second one; ``%`` is escaped because argparse formats help with ``%``.
+    A help text that states its own default in parentheses, ``(default ...``
+    (env-dependent ones do), gets no second one; ``%`` is escaped because
+    argparse formats help with ``%``.
     """
     text = f.metadata.get("help", "")
-    if "default" not in text.lower():
+    if "(default" not in text.lower():
         text = f"{text} (default: {default!r})" if text else f"default: {default!r}"
     return text.replace("%", "%%")
 

@@ -39,13 +39,21 @@ def test_train_help_renders_and_says_each_default_once():
     from a3c_core.cli import build_parser
 
     train = build_parser()._subparsers._group_actions[0].choices["train"]
+    from dataclasses import fields
+
+    from a3c_core.train.config import Config
+
+    names = {f.name for f in fields(Config)}
     for action in train._actions:
-        if action.help and action.dest not in ("help",):
-            assert action.help.lower().count("default") <= 1, (action.dest, action.help)
-    # every help line block: no option says "default" twice once rendered
-    blocks = re.split(r"\n  (?=-)", text)
+        if action.dest in names:
+            assert action.help.lower().count("(default") == 1, (action.dest, action.help)
+    entropy = next(a for a in train._actions if a.dest == "entropy_beta")
+    assert entropy.help.endswith(f"(default: {Config().entropy_beta!r})")
+    # rendered: every option's block states one default
+    blocks = re.split(r"\n  (?=-)", text.split("options:", 1)[1])[1:]
     for block in blocks:
-        assert block.lower().count("default") <= 1, block
+        if not block.startswith(("-h", "--help", "--config", "--resume")):
+            assert block.lower().count("(default") == 1, block
 
 
 def test_eval_help_documents_every_option():
