@@ -199,3 +199,21 @@ def test_interrupted_wait_keeps_requests_and_replies_paired():
     env.close()
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def test_child_outlives_the_thread_that_created_it():
+    """Worker threads create envs and may exit before the main thread closes
+    them (PR_SET_PDEATHSIG would kill the child here: it is per-thread)."""
+    box = {}
+    t = threading.Thread(target=lambda: box.update(env=make_env("CartPole-v1", env_process=True)))
+    t.start()
+    t.join(timeout=60)
+    env = box["env"]
+    try:
+        assert _alive(env.pid)
+        env.reset()
+        assert env.step(0)[0].shape == (4,)
+        assert _alive(env.pid)
+    finally:
+        env.close()
+    assert not _alive(env.pid)
