@@ -369,10 +369,11 @@ def test_step_kernels(rng, dt, tol):
 @pytest.mark.parametrize("shape,o,k,stride,pad", [
     ((1, 84, 84), 16, 8, 4, 0), ((16, 20, 20), 32, 4, 2, 0), ((3, 13, 12), 5, 3, 3, 0),
     ((2, 11, 9), 3, 4, 2, 0), ((1, 42, 42), 32, 3, 2, 1), ((32, 6, 6), 32, 3, 2, 1),
-    ((3, 7, 8), 5, 3, 1, 2)])
+    ((3, 7, 8), 5, 3, 1, 2), ((2, 9, 11), 6, 2, 1, 0), ((1, 5, 6), 3, 3, 3, 2)])
 def test_conv_single_variants(rng, dt, tol, shape, o, k, stride, pad):
-    """The batch-1 conv kernels (blocked dot products with any padding;
-    space-to-depth axpys where ``k % stride == 0`` and no padding) vs
+    """The batch-1 conv kernels (blocked dot products with any padding, or
+    pixel axpys when C*k*k < 16; space-to-depth axpys where ``k % stride ==
+    0`` and no padding) vs
     ``ref.conv2d_forward`` + ELU."""
     x = rng.standard_normal(shape).astype(dt)
     w = (rng.standard_normal((o, shape[0], k, k)) / k).astype(dt)

@@ -658,13 +658,15 @@ def conv_act_s2d(x__chw, w__ocij, b__o, stride, act, xs__pm, acc__m, offs__t, wt
                   y__ohw)
 
 
+_SHORT_K = 16      # below this im2col length the batch-1 conv uses pixel-axis axpys
+
+
 @kernel(inline="always")
-def _conv_act_rows(x__chw, w__ocij, b__o, stride, pad, act, cols__pk, y__ohw):
-    """Row-major im2col ``cols (OH*OW, C*kh*kw)`` (column order (c, i, j), the
-    live weight's own order; taps in the ``pad`` border are 0), then
-    ``y[q, p] = w[q] . cols[p]`` as blocks of 4 channels x 2 pixels: 8 vector
-    accumulators, 6 loads per 8 FMAs, long contiguous K loops (better than
-    axpys when there are few pixels)."""
+def _conv_act_short_k(x__chw, w__ocij, b__o, stride, pad, act, colt__kp, y__ohw):
+    """Transposed im2col ``colt (C*kh*kw, OH*OW)`` (zeros in the ``pad``
+    border), then per output channel ``y[q, :] = act(b[q] + sum_k w[q, k]
+    colt[k, :])`` as axpys over the contiguous pixel axis (SIMD over pixels,
+    no horizontal sums): the fast form when K is short and pixels many."""
     c, h, w = x__chw.shape
     o, _, kh, kw = w__ocij.shape
     oh = (h + 2 * pad - kh) // stride + 1
@@ -672,24 +674,75 @@ def _conv_act_rows(x__chw, w__ocij, b__o, stride, pad, act, cols__pk, y__ohw):
     n_pix = oh * ow
     k_len = c * kh * kw
     zero = y__ohw.dtype.type(0)
+    for ch in range(c):
+        for i in range(kh):
+            for j in range(kw):
+                row = colt__kp[(ch * kh + i) * kw + j]
+                for yy in range(oh):
+                    r = yy * stride + i - pad
+                    for xx in range(ow):
+                        q = xx * stride + j - pad
+                        inside = r >= 0 and r < h and q >= 0 and q < w
+                        row[yy * ow + xx] = x__chw[ch, r, q] if inside else zero
+    w2 = w__ocij.reshape(o, k_len)
+    y2 = y__ohw.reshape(o, n_pix)
+    for q in range(o):
+        yq = y2[q]
+        bq = b__o[q]
+        for p in range(n_pix):
+            yq[p] = bq
+        for k in range(k_len):
+            s0 = w2[q, k]
+            ck = colt__kp[k]
+            for p in range(n_pix):
+                yq[p] += s0 * ck[p]
+        for p in range(n_pix):
+            yq[p] = _act(yq[p], act, zero)
+
+
+@kernel(inline="always")
+def _conv_act_rows(x__chw, w__ocij, b__o, stride, pad, act, cols__pk, y__ohw):
+    """Row-major im2col ``cols (OH*OW, C*kh*kw)`` (column order (c, i, j), the
+    live weight's own order; taps in the ``pad`` border are 0), then
+    ``y[q, p] = w[q] . cols[p]`` as blocks of 4 channels x 2 pixels: 8 vector
+    accumulators, 6 loads per 8 FMAs, long contiguous K loops (better than
+    axpys when there are few pixels).  With a short K (``C*kh*kw <
+    _SHORT_K``, e.g. a 3x3 conv of one channel) the scratch is used
+    transposed ``(K, OH*OW)`` instead and each output channel is ``K`` axpys
+    over the contiguous pixel axis."""
+    c, h, w = x__chw.shape
+    o, _, kh, kw = w__ocij.shape
+    oh = (h + 2 * pad - kh) // stride + 1
+    ow = (w + 2 * pad - kw) // stride + 1
+    n_pix = oh * ow
+    k_len = c * kh * kw
+    zero = y__ohw.dtype.type(0)
+    if k_len < _SHORT_K:
+        _conv_act_short_k(x__chw, w__ocij, b__o, stride, pad, act,
+                          cols__pk.reshape(cols__pk.size)[:k_len * n_pix].reshape(k_len, n_pix),
+                          y__ohw)
+        return
     for yy in range(oh):
         for xx in range(ow):
             p = yy * ow + xx
+            col0 = xx * stride - pad
+            j_lo = max(0, -col0)               # taps inside the image: j_lo <= j < j_hi
+            j_hi = min(kw, w - col0)
             for ch in range(c):
                 for i in range(kh):
                     d0 = (ch * kh + i) * kw
                     r = yy * stride + i - pad
-                    if pad == 0:
-                        src = x__chw[ch, r]
-                        for j in range(kw):
-                            cols__pk[p, d0 + j] = src[xx * stride + j]
-                    elif r < 0 or r >= h:
+                    if r < 0 or r >= h:
                         for j in range(kw):
                             cols__pk[p, d0 + j] = zero
-                    else:
-                        for j in range(kw):
-                            q = xx * stride + j - pad
-                            cols__pk[p, d0 + j] = x__chw[ch, r, q] if q >= 0 and q < w else zero
+                        continue
+                    src = x__chw[ch, r]
+                    for j in range(j_lo):
+                        cols__pk[p, d0 + j] = zero
+                    for j in range(j_lo, j_hi):
+                        cols__pk[p, d0 + j] = src[col0 + j]
+                    for j in range(j_hi, kw):
+                        cols__pk[p, d0 + j] = zero
     w2 = w__ocij.reshape(o, k_len)
     y2 = y__ohw.reshape(o, n_pix)
     o4 = o - o % 4
