@@ -117,7 +117,8 @@ def cluster():
             ray.shutdown()
         return
     c = Cluster(initialize_head=True,
-                head_node_args=dict(num_cpus=1, object_store_memory=100 * 1024**2))
+                head_node_args=dict(num_cpus=1, object_store_memory=100 * 1024**2,
+                            include_dashboard=False))
     try:
         c.add_node(num_cpus=1, object_store_memory=100 * 1024**2)
         c.wait_for_nodes()
@@ -147,7 +148,7 @@ def test_ray_sync_rounds_match_numpy_twin(cluster, tmp_path):
     opts = RayOptions(nodes=2, shards=3, opt_state="global", sync_ms=1e9, start_timeout=120)
     tr = RayTrainer(_cfg(tmp_path), opts)
     try:
-        assert tr.hosts == 2
+        assert tr.ray_nodes == 2      # one node actor on each Ray node
         n = tr.shared.n_params
         b = tr.bounds
         g = tr.shared.params.copy()
@@ -158,7 +159,8 @@ def test_ray_sync_rounds_match_numpy_twin(cluster, tmp_path):
         for node, h in ((0, a), (1, c), (0, a)):
             x = base[node] + rng.standard_normal(n).astype(np.float32) * 0.01
             ray.get(h.set_local.remote("params", x))
-            ray.get(h.sync_once.remote())
+            wall, _ = ray.get(h.sync_once.remote())
+            assert wall > 0
             x_ref, base[node], g = sync_round_ref(x, base[node], g, b)
             np.testing.assert_allclose(ray.get(h.local_params.remote()), x_ref, atol=1e-6)
             got = np.concatenate([ray.get(s.pull.remote(["params"]))["params"] for s in tr.shards])
@@ -186,7 +188,7 @@ def test_ray_run_learns_cartpole(cluster, tmp_path):
     run = tmp_path / "run"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["stop_reason"] == "target_reward"
-    assert summary["ray"]["hosts"] == 2 and summary["ray"]["sync_rounds"] > 0
+    assert summary["ray"]["ray_nodes"] == 2 and summary["ray"]["sync_rounds"] > 0
     # both nodes' workers wrote into the one episodes.csv
     rows = (run / "episodes.csv").read_text().splitlines()[1:]
     assert {r.split(",")[3] for r in rows} == {"0", "1"}
@@ -256,3 +258,31 @@ def test_ray_shard_lost_stops_run_and_resume_continues(cluster, tmp_path):
     assert res.status == "done" and res.steps >= steps0 + 2000
     after = load_checkpoint(str(tmp_path / "run"), "latest")
     assert after.meta["counters"]["resumes"] == 1
+
+
+def test_ray_cli_flags_run_and_final_line(cluster, tmp_path, capsys):
+    """add_ray_arguments + run_ray_training, as `a3c train --ray ADDRESS ...` calls them."""
+    import argparse
+
+    from a3c_core.distributed.cli import add_ray_arguments, ray_options_from_args, run_ray_training
+
+    p = argparse.ArgumentParser()
+    add_ray_arguments(p)
+    args = p.parse_args(["--ray", "--nodes", "2", "--shards", "2", "--sync-ms", "50",
+                         "--opt-state", "global"])
+    opts = ray_options_from_args(args)
+    assert (opts.address, opts.nodes, opts.shards, opts.sync_ms, opts.opt_state) == \
+        (None, 2, 2, 50.0, "global")
+    with pytest.raises(ValueError, match="ray option 'nodes' = 0"):
+        ray_options_from_args(p.parse_args(["--ray", "--nodes", "0"]))
+    with pytest.raises(ValueError, match="never sync"):
+        ray_options_from_args(p.parse_args(["--ray", "--sync-ms", "0"]))
+    code = run_ray_training(_cfg(tmp_path, total_steps=3000), args)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "2 nodes x 1 workers" in out and out.strip().splitlines()[-1].startswith("done: ")
+    saved = json.loads((tmp_path / "run" / "ray.json").read_text())
+    assert saved["opt_state"] == "global" and saved["shards"] == 2
+    # resume keeps the saved ray options unless flags override them
+    resumed = ray_options_from_args(p.parse_args(["--ray", "--nodes", "1"]), resume=str(tmp_path / "run"))
+    assert (resumed.nodes, resumed.shards, resumed.opt_state) == (1, 2, "global")

@@ -204,8 +204,11 @@ class RayTrainer(Trainer):
         self.shards = [ShardActor.remote(k, lo, hi, {nm: v[lo:hi].copy() for nm, v in vectors.items()},
                                          scales)
                        for k, (lo, hi) in enumerate(self.bounds)]
-        restore = ray.put({"optimizer": opt.state_dict(),
-                           "normalizers": {k: n.state_dict() for k, n in self._normalizers().items()}})
+        # held for the whole run: a restarted node actor gets its constructor
+        # arguments again, and an object nobody references is gone by then
+        self._restore_ref = restore = ray.put(
+            {"optimizer": opt.state_dict(),
+             "normalizers": {k: n.state_dict() for k, n in self._normalizers().items()}})
         NodeActor = ray.remote(Node).options(num_cpus=self._node_cpus(), max_restarts=o.max_restarts,
                                              max_task_retries=0, scheduling_strategy="SPREAD")
         setup = self._setup_dict()
@@ -219,12 +222,14 @@ class RayTrainer(Trainer):
                              "start-up); see `ray status`")
         infos = ray.get(refs)
         ray.get([s.info.remote() for s in self.shards], timeout=o.start_timeout)
+        # pinning: the k-th node actor on a machine starts at core k * W
         per_host = {}
         for slot, info in zip(self.slots, infos):
-            rank = per_host.setdefault(info["node_id"], 0)
+            rank = per_host.setdefault(info["host"], 0)
             slot.core_offset = rank * self.n_workers
-            per_host[info["node_id"]] = rank + 1
+            per_host[info["host"]] = rank + 1
         self.hosts = len(per_host)
+        self.ray_nodes = len({info["node_id"] for info in infos})
 
     # -- checkpoints --------------------------------------------------------------
     def save(self, which="latest"):
@@ -368,7 +373,7 @@ class RayTrainer(Trainer):
                 self._log_sync(steps, sync, last_sync, dt)
                 last_sync = sync
                 self._log_scalars(steps, sps, d)
-                self._maybe_save_best()
+                self._guarded(self._maybe_save_best)
                 if not cfg.quiet and now - last_line >= line_every:
                     self._progress(steps, sps, d, tty)
                     last_line = now
@@ -376,14 +381,18 @@ class RayTrainer(Trainer):
             if cfg.checkpoint_interval and (
                     (not first_ckpt_done and self.shared.updates > 0)
                     or now - last_ckpt >= cfg.checkpoint_interval):
-                try:
-                    self.save("latest")
-                except CheckpointError as e:
-                    if not self._shard_dead():
-                        raise
-                    self.errors.append(("shard", self._shard_error_text(e)))
-                    self.stop_event.set()
+                self._guarded(self.save, "latest")
                 first_ckpt_done, last_ckpt = True, now
+
+    def _guarded(self, fn, *args):
+        """Run a checkpoint write; a dead shard stops the run (ShardLost) instead of raising."""
+        try:
+            fn(*args)
+        except CheckpointError as e:
+            if not self._shard_dead():
+                raise
+            self.errors.append(("shard", str(e)))
+            self.stop_event.set()
 
     # -- node polling and faults ------------------------------------------------
     def _poll(self):
@@ -488,9 +497,6 @@ class RayTrainer(Trainer):
                 return True
         return False
 
-    def _shard_error_text(self, e):
-        return str(e)
-
     def _stop_nodes(self):
         import ray
 
@@ -528,6 +534,7 @@ class RayTrainer(Trainer):
         rounds, secs, nbytes = self._sync_totals()
         return {
             **dataclasses.asdict(self.opts), "hosts": getattr(self, "hosts", None),
+            "ray_nodes": getattr(self, "ray_nodes", None),
             "workers_per_node": self.n_workers,
             "node_restarts": [s.restarts for s in self.slots],
             "sync_rounds": rounds, "sync_bytes": nbytes,

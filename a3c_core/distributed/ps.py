@@ -9,6 +9,8 @@ returned slices go back through it; no network object is ever pickled.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 __all__ = ["ParamShard"]
@@ -37,10 +39,13 @@ class ParamShard:
         self.scales = {n: np.float32((scales or {}).get(n, 1.0)) for n in self.names}
         self.pushes = 0
         self.bytes_in = 0
+        self.busy = 0.0           # seconds inside push_pull (the add itself)
+        self._cpu0 = time.process_time()
 
     def push_pull(self, deltas):
         """Add ``scale * delta`` for each name in ``deltas`` (a dict of (hi-lo,)
         float32); return ``{name: global slice}`` for the same names."""
+        t0 = time.perf_counter()
         out = {}
         for name, d in deltas.items():
             v = self.values.get(name)
@@ -57,6 +62,7 @@ class ParamShard:
             self.bytes_in += d.nbytes
             out[name] = v
         self.pushes += 1
+        self.busy += time.perf_counter() - t0
         return out
 
     def pull(self, names=None):
@@ -69,5 +75,8 @@ class ParamShard:
             self.values[name][...] = arr
 
     def info(self):
+        """Counters; ``cpu_seconds`` is the shard process's CPU time since it
+        started (deserializing, adding, serializing: what a push costs it)."""
         return {"index": self.index, "lo": self.lo, "hi": self.hi, "names": self.names,
-                "pushes": self.pushes, "bytes_in": self.bytes_in}
+                "pushes": self.pushes, "bytes_in": self.bytes_in, "busy_seconds": self.busy,
+                "cpu_seconds": time.process_time() - self._cpu0}
