@@ -10,15 +10,18 @@ import sys
 
 import pytest
 
-from reliability_cases import CASES, run_case, skip_reason, train_shared
+from reliability_cases import CASES, remove_shared, run_case, skip_reason, train_shared
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
 
 
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory):
+def shared():
+    """One trained CartPole run and one doom:basic run (300 steps each), shared by every case."""
     pytest.importorskip("gymnasium")
-    return train_shared(str(tmp_path_factory.mktemp("shared-runs")))
+    runs = train_shared()
+    yield runs
+    remove_shared(runs)
 
 
 def _param(case):
@@ -27,11 +30,11 @@ def _param(case):
 
 
 @pytest.mark.parametrize("case", [_param(c) for c in CASES])
-def test_case(case, shared, tmp_path):
+def test_case(case, shared):
     reason = skip_reason(case, shared)
     if reason:
         pytest.skip(reason)
-    res = run_case(case, shared, str(tmp_path / "case"))
+    res = run_case(case, shared)
     assert res.passed, res.report()
 
 
