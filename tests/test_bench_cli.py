@@ -1,7 +1,6 @@
 """Smoke tests of ``a3c bench`` and its FLOP counter (no throughput claims)."""
 import json
 
-import numpy as np
 import pytest
 
 from a3c_core import bench
