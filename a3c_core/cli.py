@@ -44,7 +44,17 @@ def _config_from_args(args):
 
 
 def cmd_train(args):
-    from a3c_core.checkpoint import CheckpointError, load_checkpoint
+    """``a3c train``: exit 0 done, 1 failed, 2 bad input, 130 SIGINT, 143 SIGTERM."""
+    try:
+        return _cmd_train(args)
+    except KeyboardInterrupt:  # Ctrl-C before the run started (e.g. while kernels load)
+        print("\na3c train: interrupted before training started; nothing written", file=sys.stderr)
+        return 130
+
+
+def _cmd_train(args):
+    from a3c_core import checkpoint as ck
+    from a3c_core.checkpoint import CheckpointError
     from a3c_core.train.config import Config, ConfigError, fields as _fields
     from a3c_core.train.trainer import Trainer, TrainingError
 
@@ -56,29 +66,46 @@ def cmd_train(args):
             if os.path.exists(saved):
                 base = Config.from_toml(saved)
             else:
-                base = Config.from_dict(load_checkpoint(args.resume).meta["config"])
+                base = Config.from_dict(ck.find_resume_checkpoint(args.resume).meta["config"])
             changes = {f.name: getattr(args, f.name) for f in _fields(Config)
                        if getattr(args, f.name) is not None}
             cfg = base.replace(run_dir=args.resume, **changes)
         else:
             cfg = _config_from_args(args)
         trainer = Trainer(cfg, resume=args.resume)
-    except (ConfigError, CheckpointError, ValueError, ImportError, FileNotFoundError) as e:
+    except (ConfigError, CheckpointError, ValueError, ImportError, OSError) as e:
         print(f"a3c train: error: {e}", file=sys.stderr)
         return 2
+    if trainer.resume_note:
+        print(trainer.resume_note, flush=True)
     print(f"run directory: {trainer.run_dir}  ({trainer.n_workers} workers, {trainer.spec_name}, "
           f"{trainer.shared.params.size:,} parameters, env {cfg.env})", flush=True)
     try:
         res = trainer.run()
     except TrainingError as e:
         for wid, tb in e.worker_tracebacks:
-            print(f"\n--- worker {wid} failed ---\n{tb}", file=sys.stderr)
+            if isinstance(wid, int):
+                print(f"\n--- worker {wid} failed ---\n{tb}", file=sys.stderr)
         print(f"a3c train: error: {e}", file=sys.stderr)
         return 1
-    avg = "n/a" if res.moving_avg is None else f"{res.moving_avg:.2f}"
-    print(f"{res.status}: {res.steps:,} steps, {res.episodes} episodes in {res.seconds:.1f}s; "
-          f"moving-average raw reward {avg}; checkpoint {res.checkpoint}", flush=True)
-    return 130 if res.status == "interrupted" else 0
+    print(final_line(res), flush=True)
+    return res.exit_code
+
+
+def final_line(res) -> str:
+    """The one-line result of a run: final and best averages and which file holds which."""
+    line = f"{res.status}: {res.steps:,} steps, {res.episodes:,} episodes in {res.seconds:.1f}s; "
+    if res.moving_avg is None:
+        line += f"no episode finished; parameters in {res.checkpoint}"
+    else:
+        line += (f"final raw reward avg{res.avg_window} {res.moving_avg:.2f}, "
+                 f"avg{res.long_window} {res.long_avg:.2f} (parameters in {res.checkpoint})")
+    if res.best_checkpoint and res.best_avg is not None:
+        line += (f"; best long-window avg {res.best_avg:.2f} at step {res.best_step:,} "
+                 f"({res.best_checkpoint})")
+    if res.skipped_updates:
+        line += f"; {res.skipped_updates} updates skipped (non-finite gradients)"
+    return line
 
 
 def cmd_eval(args):
