@@ -28,7 +28,9 @@ rng = np.random.default_rng(0)
 stats, _ = net.loss_and_grad(rng.standard_normal((5, 4)).astype(np.float32), np.array([0, 1, 1, 0, 1]),
                              np.ones(5, np.float32), np.ones(5, np.float32), net.initial_state())
 assert np.isfinite(stats["loss"]), stats
-opt = a3c_core.core.make_optimizer("adam", net.params.size, lr=1e-3)
+from a3c_core.core import make_optimizer  # noqa: E402
+
+opt = make_optimizer("adam", net.params.size, lr=1e-3)
 before, grads = net.params.copy(), net.grads.copy()
 opt.apply(net.params, grads)
 moved = np.abs(grads) > 1e-4  # well above eps=1e-8, where the step is lr * sign(g)
