@@ -722,7 +722,17 @@ def _conv_act_rows(x__chw, w__ocij, b__o, stride, pad, act, cols__pk, y__ohw):
                           cols__pk.reshape(cols__pk.size)[:k_len * n_pix].reshape(k_len, n_pix),
                           y__ohw)
         return
-    for yy in range(oh):
+    if pad == 0:    # the doom conv2 path: unchanged plain gather
+        for yy in range(oh):
+            for xx in range(ow):
+                p = yy * ow + xx
+                for ch in range(c):
+                    for i in range(kh):
+                        src = x__chw[ch, yy * stride + i]
+                        d0 = (ch * kh + i) * kw
+                        for j in range(kw):
+                            cols__pk[p, d0 + j] = src[xx * stride + j]
+    for yy in range(oh if pad > 0 else 0):
         for xx in range(ow):
             p = yy * ow + xx
             col0 = xx * stride - pad
