@@ -11,10 +11,6 @@ import glob
 import os
 import sys
 
-import numpy as np
-from Cython.Build import cythonize
-from setuptools import Extension, setup
-
 # -fno-math-errno: sqrtf never sets errno for our (non-negative) inputs, and
 # without the flag GCC will not vectorize the optimizer loops (2.4 ms -> 0.3 ms).
 compile_args = ["-O3", "-fno-math-errno"] if sys.platform != "win32" else ["/O2"]
@@ -29,6 +25,10 @@ if not SOURCES:
         f"{HERE}. The package cannot work without its compiled extensions; build from a "
         "git checkout or a complete sdist (MANIFEST.in ships ext/*.pyx and ext/*.pxd)."
     )
+
+import numpy as np  # noqa: E402  (after the check: its message needs neither)
+from Cython.Build import cythonize  # noqa: E402
+from setuptools import Extension, setup  # noqa: E402
 
 extensions = [
     Extension(
