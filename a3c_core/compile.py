@@ -84,7 +84,8 @@ def cache_stats():
 
 def add_arguments(p):
     p.add_argument("--check", action="store_true",
-                   help="compile nothing: fail (exit 1) if any kernel is not already in the cache")
+                   help="fail (exit 1) if any kernel had to be compiled, i.e. was not in the cache; "
+                        "what it compiles is still saved where the cache is writable")
     p.add_argument("--spec", action="append", default=None, metavar="NAME",
                    help="only this network spec (repeatable; default: every spec)")
     p.add_argument("--float64", action="store_true",

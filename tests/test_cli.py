@@ -197,8 +197,10 @@ def test_plot_overlays_runs_and_prints_the_png(tmp_path):
     np.testing.assert_allclose(moving_average(x, 20)[-1], x[-20:].mean())
     np.testing.assert_allclose(moving_average(x, 20)[4], x[:5].mean())
     # one run: the PNG goes into the run directory
-    out = a3c("plot", runs[1])
-    assert out.returncode == 0 and f"wrote {os.path.join(runs[1], 'learning_curve.png')}" in out.stdout
+    from a3c_core.cli import main
+
+    assert main(["plot", runs[1]]) == 0
+    assert os.path.getsize(os.path.join(runs[1], "learning_curve.png")) > 1000
 
 
 def test_plot_errors(tmp_path):
@@ -213,12 +215,13 @@ def test_plot_errors(tmp_path):
     assert "Traceback" not in out.stderr
 
 
-def test_compile_then_check_in_a_fresh_cache(tmp_path):
+def test_compile_check_in_a_fresh_cache(tmp_path):
     env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache")}
     out = a3c("compile", "--check", "--spec", "mlp", env=env)
     assert out.returncode == 1 and "not in the cache" in out.stderr
-    out = a3c("compile", "--spec", "mlp", env=env)
-    assert out.returncode == 0, out.stderr
+    m = re.search(r"(\d+) signatures: 0 loaded from the cache, (\d+) compiled", out.stdout)
+    assert m and int(m[1]) == int(m[2]) > 0, out.stdout
+    # what it compiled was written to NUMBA_CACHE_DIR: a new process loads it all
     out = a3c("compile", "--check", "--spec", "mlp", env=env)
     assert out.returncode == 0, out.stderr
     m = re.search(r"(\d+) signatures: (\d+) loaded from the cache, 0 compiled", out.stdout)
