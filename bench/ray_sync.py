@@ -206,7 +206,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--seconds", type=float, default=150.0)
     ap.add_argument("--target", type=float, default=75.0)
-    ap.add_argument("--sync-ms", type=float, default=200.0)
+    ap.add_argument("--sync-ms", type=float, default=500.0)
     ap.add_argument("--sync-every", type=int, default=0)
     ap.add_argument("--run-root", help="compare: keep the two run directories here")
     args = ap.parse_args(argv)

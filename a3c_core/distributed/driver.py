@@ -25,8 +25,8 @@ Faults:
   checkpoint stays and ``--resume`` continues from it.
 
 Checkpoints hold the global params (from the shards), the optimizer state
-(``opt_state="local"``: the element-wise mean of the nodes' statistics, the
-largest Adam step; ``"global"``: the shards' statistics) and the first live
+(``opt_state="local"``: the element-wise mean of up to 4 live nodes'
+statistics, the largest Adam step; ``"global"``: the shards' statistics) and the first live
 node's reward/advantage normalizers.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ import numpy as np
 from a3c_core.checkpoint import CheckpointError
 from a3c_core.distributed.sync import shard_bounds
 from a3c_core.train.logger import MetricsLogger
-from a3c_core.train.trainer import Trainer, TrainingError, _join_all  # noqa: F401
+from a3c_core.train.trainer import Trainer, TrainingError
 
 __all__ = ["RayOptions", "RayTrainer", "ShardLost", "NodeLost", "train_ray"]
 
@@ -67,8 +67,9 @@ class RayOptions:
     shards: int = 1
     #: sync after this many local updates (0 = only by time)
     sync_every: int = 0
-    #: sync after this many milliseconds (0 = only by updates)
-    sync_ms: float = 200.0
+    #: sync after this many milliseconds (0 = only by updates); 500 ms keeps a
+    #: doom-lstm node's sync thread near 5 % of one core (bench/RAY.md)
+    sync_ms: float = 500.0
     #: where the optimizer statistics live: "local" (per node) or "global" (averaged at the shards)
     opt_state: str = "local"
     #: CPUs each node actor reserves (0 = cfg.workers)
@@ -259,7 +260,14 @@ class RayTrainer(Trainer):
                 for name, arr in r.items():
                     if name != "params":
                         getattr(opt, name)[lo:hi] = arr
-        live = [s for s in self.slots if s.status == "running"]
+        # optimizer statistics and normalizers: for 'latest', or when the copy is
+        # older than a minute ('best' is written often while the average climbs;
+        # its params are what matters).  At most 4 nodes' statistics are averaged.
+        now = time.perf_counter()
+        if which != "latest" and now - getattr(self, "_opt_fresh", -np.inf) < 60.0:
+            return
+        self._opt_fresh = now
+        live = [s for s in self.slots if s.status == "running"][:4]
         states, norms = [], None
         for s in live:
             try:
@@ -398,7 +406,6 @@ class RayTrainer(Trainer):
     def _poll(self):
         import ray
 
-        live = [s for s in self.slots if s.status in ("running", "starting")]
         for s in list(self.slots):
             if s.pending_start is not None:
                 self._check_start(s)

@@ -360,10 +360,14 @@ def _failed_shard(refs):
 
 
 def _was_restarted():
+    import warnings
+
     try:
         import ray
 
-        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+        with warnings.catch_warnings():  # Ray 2.60 warns from inside its own property
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return bool(ray.get_runtime_context().was_current_actor_reconstructed)
     except Exception:  # noqa: BLE001 - not in a Ray actor
         return False
 
