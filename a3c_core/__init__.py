@@ -6,7 +6,12 @@ Public entry points (imported lazily so ``import a3c_core`` stays cheap):
   ``mlp-lstm``, ``mlp``) over one flat parameter buffer;
 * :func:`gradcheck` - centred finite-difference gradient check in float64;
 * :class:`Policy` - load a checkpoint and act, numpy + numba only;
-* :class:`Config` and :func:`train` - the A3C trainer.
+* :class:`Config` and :func:`train` - the A3C trainer;
+* :class:`ObservationError`, :class:`CheckpointError` - what ``Policy`` raises
+  for a bad observation or checkpoint.
+
+``a3c compile`` (:mod:`a3c_core.compile`) fills the Numba cache ahead of time
+for read-only installs.
 """
 __version__ = "0.1.0"
 
@@ -18,6 +23,8 @@ _LAZY = {
     "Config": ("a3c_core.train.config", "Config"),
     "train": ("a3c_core.train.trainer", "train"),
     "make_env": ("a3c_core.envs", "make_env"),
+    "ObservationError": ("a3c_core.obs", "ObservationError"),
+    "CheckpointError": ("a3c_core.checkpoint", "CheckpointError"),
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
