@@ -10,7 +10,7 @@ Protocol, per worker thread::
     obs = env.reset()
     while True:
         obs, reward, terminated, truncated = env.step(action)
-        if terminated or truncated:     # truncated: time limit -> bootstrap
+        if terminated or truncated:     # truncated: cut by a time limit
             obs = env.reset()
 
 After ``terminated``/``truncated`` the caller must call :meth:`Env.reset`
@@ -78,7 +78,9 @@ class Env:
         * ``reward`` (float): raw reward summed over the skipped frames;
         * ``terminated`` (bool): the episode ended by itself (death, goal);
         * ``truncated`` (bool): the episode was cut by a time limit; the
-          trainer bootstraps from the value of the last observation.
+          trainer bootstraps from the value of the last observation when
+          ``truncation_bootstrap`` is on (default: on for Gymnasium and
+          Atari, off for doom, whose scenario timeout is part of the task).
         """
         raise NotImplementedError
 

@@ -1,6 +1,6 @@
 """Native ViZDoom adapter: :class:`DoomEnv` drives ``vizdoom.DoomGame`` directly.
 
-The standard workload (DESIGN.md): GRAY8 frames at 160x120 (obs ``(120, 160)``
+The standard workload (README, 'the standard workload'): GRAY8 frames at 160x120 (obs ``(120, 160)``
 uint8), window hidden, sound off, synchronous PLAYER mode, one one-hot action
 per available button, ``make_action(onehot, frame_skip=4)``, raw rewards.
 
@@ -348,13 +348,14 @@ class DoomEnv(Env):
         game = self._game
         reward = game.make_action(self._actions[action], self.frame_skip)
         if game.is_episode_finished():
-            # Timeout -> truncated (bootstrapped); death/goal -> terminated.
+            # Timeout -> truncated; death/goal -> terminated.
             truncated = game.is_episode_timeout_reached() and not game.is_player_dead()
             self.episode_over = True
             if truncated:
-                # The engine has no frame once the episode is over. A time-limit
-                # cut is bootstrapped from V(obs), so return the last frame seen
-                # (the closest observation there is); termination needs none.
+                # The engine has no frame once the episode is over. A trainer that
+                # bootstraps a time-limit cut (truncation_bootstrap, off for doom
+                # by default) needs V(obs), so return the last frame seen (the
+                # closest observation there is); termination needs none.
                 return self._last_obs, reward, False, True
             if self.render:
                 self._rgb = np.zeros(self.obs_shape + (3,), dtype=np.uint8)

@@ -12,14 +12,10 @@ import dataclasses
 import json
 import math
 import os
-import re
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
 OPTIMIZERS = ("rmsprop", "adam", "sgd")
-#: environment id forms that are Atari games (ale-py)
-_ATARI_PREFIXES = ("ALE/", "atari:")
-_ATARI_V4 = re.compile(r"^[A-Z][A-Za-z0-9]*(NoFrameskip|Deterministic)?-v[04]$")
 
 
 def _network_specs():
@@ -139,8 +135,9 @@ class Config:
         return self.env.startswith("doom:")
 
     def is_atari(self) -> bool:
-        e = self.env
-        return e.startswith(_ATARI_PREFIXES) or bool(_ATARI_V4.match(e.removeprefix("gym:")))
+        from a3c_core.envs import is_atari_id
+
+        return is_atari_id(self.env.removeprefix("gym:"))
 
     def bootstrap_truncated(self) -> bool:
         if self.truncation_bootstrap is not None:
