@@ -64,8 +64,11 @@ class Policy:
             if other is None:
                 raise ValueError(f"which must be 'latest' or 'best', got {which!r}")
             cand = os.path.join(path, "checkpoints", f"{which}.npz")
-            if not os.path.exists(cand) and os.path.exists(os.path.join(path, "checkpoints", f"{other}.npz")):
+            if not os.path.exists(cand):
                 cand = os.path.join(path, "checkpoints", f"{other}.npz")
+                if not os.path.exists(cand):
+                    raise CheckpointError(f"{path} has no checkpoints/latest.npz or checkpoints/best.npz "
+                                          f"(not a run directory, or the run saved nothing yet)")
             path = cand
         ckpt = load_checkpoint(path)
         try:

@@ -149,3 +149,19 @@ def test_default_rng_is_per_thread(vec_ckpt):
     t.start()
     t.join()
     assert seen[0] is not mine
+
+
+def test_load_run_directory_picks_and_falls_back(tmp_path, vec_ckpt):
+    import shutil
+
+    run = tmp_path / "run"
+    with pytest.raises(CheckpointError, match="no checkpoints/latest.npz or checkpoints/best.npz"):
+        Policy.load(str(tmp_path))
+    (run / "checkpoints").mkdir(parents=True)
+    shutil.copy(vec_ckpt, run / "checkpoints" / "best.npz")
+    assert Policy.load(str(run)).path.endswith("best.npz")  # latest missing: best
+    shutil.copy(vec_ckpt, run / "checkpoints" / "latest.npz")
+    assert Policy.load(str(run)).path.endswith("latest.npz")
+    assert Policy.load(str(run), which="best").path.endswith("best.npz")
+    with pytest.raises(ValueError, match="which must be"):
+        Policy.load(str(run), which="newest")
