@@ -666,11 +666,11 @@ def _conv_act_short_k(x__chw, w__ocij, b__o, stride, pad, act, colt__kp, y__ohw)
     """Transposed im2col ``colt (C*kh*kw, OH*OW)`` (zeros in the ``pad``
     border), then per output channel ``y[q, :] = act(b[q] + sum_k w[q, k]
     colt[k, :])`` as axpys over the contiguous pixel axis (SIMD over pixels,
-    no horizontal sums): the fast form when K is short and pixels many."""
-    c, h, w = x__chw.shape
-    o, _, kh, kw = w__ocij.shape
-    oh = (h + 2 * pad - kh) // stride + 1
-    ow = (w + 2 * pad - kw) // stride + 1
+    no horizontal sums): the fast form when K is short and pixels many.
+    Output size from ``y``."""
+    _, h, w = x__chw.shape
+    o, c, kh, kw = w__ocij.shape
+    _, oh, ow = y__ohw.shape
     n_pix = oh * ow
     k_len = c * kh * kw
     zero = y__ohw.dtype.type(0)
@@ -709,19 +709,17 @@ def _conv_act_rows(x__chw, w__ocij, b__o, stride, pad, act, cols__pk, y__ohw):
     axpys when there are few pixels).  With a short K (``C*kh*kw <
     _SHORT_K``, e.g. a 3x3 conv of one channel) the scratch is used
     transposed ``(K, OH*OW)`` instead and each output channel is ``K`` axpys
-    over the contiguous pixel axis."""
-    c, h, w = x__chw.shape
-    o, _, kh, kw = w__ocij.shape
-    oh = (h + 2 * pad - kh) // stride + 1
-    ow = (w + 2 * pad - kw) // stride + 1
+    over the contiguous pixel axis.  Output size from ``y`` ``(O, OH, OW)``."""
+    o, c, kh, kw = w__ocij.shape
+    _, oh, ow = y__ohw.shape
     n_pix = oh * ow
     k_len = c * kh * kw
-    zero = y__ohw.dtype.type(0)
     if k_len < _SHORT_K:
-        _conv_act_short_k(x__chw, w__ocij, b__o, stride, pad, act,
-                          cols__pk.reshape(cols__pk.size)[:k_len * n_pix].reshape(k_len, n_pix),
-                          y__ohw)
+        colt = cols__pk.reshape(cols__pk.size)[:k_len * n_pix].reshape(k_len, n_pix)
+        _conv_act_short_k(x__chw, w__ocij, b__o, stride, pad, act, colt, y__ohw)
         return
+    h, w = x__chw.shape[1], x__chw.shape[2]
+    zero = y__ohw.dtype.type(0)
     if pad == 0:    # the doom conv2 path: unchanged plain gather
         for yy in range(oh):
             for xx in range(ow):
