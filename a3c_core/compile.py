@@ -67,9 +67,10 @@ def warm_up(specs=None, dtypes=(np.float32,)):
 
 
 def cache_stats():
-    """``(n_kernels, n_loaded_from_cache, n_compiled, cache_dirs, compiled_names)`` so far in this process."""
+    """``(n_kernels, n_loaded_from_cache, n_compiled, cache_dirs, compiled_names, unsaved_names)``
+    so far in this process; ``unsaved_names``: compiled but not saved (read-only cache directory)."""
     hits = misses = 0
-    dirs, compiled = set(), []
+    dirs, compiled, unsaved = set(), [], []
     disps = dispatchers()
     for name, d in sorted(disps.items()):
         st = d.stats
@@ -79,7 +80,10 @@ def cache_stats():
             dirs.add(st.cache_path)
         if m:
             compiled.append(name)
-    return len(disps), hits, misses, sorted(dirs), compiled
+            cache = getattr(d, "_cache", None)
+            if getattr(getattr(getattr(cache, "_impl", None), "locator", None), "read_only", False):
+                unsaved.append(name)
+    return len(disps), hits, misses, sorted(dirs), compiled, unsaved
 
 
 def add_arguments(p):
@@ -111,11 +115,16 @@ def run_compile(args) -> int:
         return 2
     warm_up(specs=args.spec, dtypes=dtypes)
     seconds = time.perf_counter() - t0
-    n, hits, misses, dirs, compiled = cache_stats()
+    n, hits, misses, dirs, compiled, unsaved = cache_stats()
     where = ", ".join(dirs) if dirs else "(no cache directory)"
     print(f"{n} kernels, {hits + misses} signatures: {hits} loaded from the cache, {misses} compiled "
           f"in {seconds:.1f} s; cache: {where}"
           + (f" (NUMBA_CACHE_DIR={cache_env})" if cache_env else ""))
+    if unsaved:
+        print(f"a3c compile: error: {len(unsaved)} kernel(s) compiled but not saved, the cache directory "
+              f"is read-only: {', '.join(unsaved)}. Run a3c compile where the install (or "
+              f"NUMBA_CACHE_DIR) is writable.", file=sys.stderr)
+        return 1
     if args.check and misses:
         print(f"a3c compile --check: error: {misses} signature(s) were not in the cache: "
               f"{', '.join(compiled)}. Run `a3c compile` where the cache directory is writable "
