@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-__all__ = ["add_ray_arguments", "ray_options_from_args", "run_ray_training"]
+__all__ = ["add_ray_arguments", "misplaced_ray_flags", "ray_options_from_args", "run_ray_training"]
 
 _FLAGS = ("nodes", "shards", "sync_every", "sync_ms", "opt_state", "node_cpus", "max_restarts")
 
@@ -18,7 +18,7 @@ _FLAGS = ("nodes", "shards", "sync_every", "sync_ms", "opt_state", "node_cpus", 
 def add_ray_arguments(parser):
     """Add ``--ray [ADDRESS]``, ``--nodes``, ``--shards``, ``--sync-every``,
     ``--sync-ms``, ``--opt-state``, ``--node-cpus``, ``--max-restarts``."""
-    from a3c_core.distributed.driver import RayOptions
+    from a3c_core.distributed.options import RayOptions
 
     d = RayOptions()
     g = parser.add_argument_group(
@@ -47,10 +47,17 @@ def add_ray_arguments(parser):
     return g
 
 
+def misplaced_ray_flags(args):
+    """The Ray flags given without ``--ray`` (e.g. ``['--nodes']``): an error to report."""
+    if getattr(args, "ray", None) is not None:
+        return []
+    return ["--" + k.replace("_", "-") for k in _FLAGS if getattr(args, k, None) is not None]
+
+
 def ray_options_from_args(args, resume=None):
     """:class:`RayOptions` from parsed flags; on resume, unset flags keep the
     values saved in the run's ``ray.json``."""
-    from a3c_core.distributed.driver import RayOptions
+    from a3c_core.distributed.options import RayOptions
 
     base = {}
     if resume:

@@ -35,11 +35,11 @@ import dataclasses
 import json
 import os
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from a3c_core.checkpoint import CheckpointError
+from a3c_core.distributed.options import RayOptions
 from a3c_core.distributed.sync import shard_bounds
 from a3c_core.train.logger import MetricsLogger
 from a3c_core.train.trainer import Trainer, TrainingError
@@ -53,55 +53,6 @@ class ShardLost(TrainingError):
 
 class NodeLost(TrainingError):
     """A node actor died and Ray could not restart it."""
-
-
-@dataclass
-class RayOptions:
-    """How the run is spread over Ray (the ``--ray`` flags)."""
-
-    #: Ray address ("auto", "ray://host:10001", "host:6379"); None or "local" starts a local Ray
-    address: str | None = None
-    #: node actors (each runs ``cfg.workers`` worker threads)
-    nodes: int = 2
-    #: parameter-server shards (contiguous slices of the flat vectors)
-    shards: int = 1
-    #: sync after this many local updates (0 = only by time)
-    sync_every: int = 0
-    #: sync after this many milliseconds (0 = only by updates); 500 ms keeps a
-    #: doom-lstm node's sync thread near 5 % of one core (bench/RAY.md)
-    sync_ms: float = 500.0
-    #: where the optimizer statistics live: "local" (per node) or "global" (averaged at the shards)
-    opt_state: str = "local"
-    #: CPUs each node actor reserves (0 = cfg.workers)
-    node_cpus: float = 0
-    #: restarts Ray grants each node actor
-    max_restarts: int = 3
-    #: seconds the driver waits for node actors to be placed and ready
-    start_timeout: float = 300.0
-    #: seconds between driver polls of the nodes
-    poll_s: float = 0.25
-
-    def validate(self):
-        def bad(name, why):
-            raise ValueError(f"ray option '{name}' = {getattr(self, name)!r}: {why}")
-
-        if not 1 <= self.nodes <= 4096:
-            bad("nodes", "must be in [1, 4096]")
-        if not 1 <= self.shards <= 1024:
-            bad("shards", "must be in [1, 1024]")
-        if self.sync_every < 0:
-            bad("sync_every", "must be >= 0")
-        if not (self.sync_ms >= 0 and np.isfinite(self.sync_ms)):
-            bad("sync_ms", "must be a finite number >= 0")
-        if self.sync_every == 0 and self.sync_ms == 0:
-            bad("sync_ms", "sync_every and sync_ms are both 0: the nodes would never sync")
-        if self.opt_state not in ("local", "global"):
-            bad("opt_state", "must be 'local' or 'global'")
-        if self.node_cpus < 0:
-            bad("node_cpus", "must be >= 0")
-        if self.max_restarts < 0:
-            bad("max_restarts", "must be >= 0")
-        return self
 
 
 class _NodeSlot:

@@ -25,7 +25,9 @@ starts from them on resume.
 
 :class:`Node` is a plain class; the driver runs it as a Ray actor with
 ``max_restarts``.  A restarted actor runs ``__init__`` again, and the
-driver's next :meth:`start` pulls the global vectors: the node rejoins.
+driver's next :meth:`start` pulls the global vectors: the node rejoins.  Its
+optimizer statistics and normalizers start again from the run's starting
+state (fresh, or the resumed checkpoint's) in ``opt_state="local"`` mode.
 """
 from __future__ import annotations
 

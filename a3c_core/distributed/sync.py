@@ -15,6 +15,12 @@ A sync round, run by the node's sync thread:
    the global vector plus whatever its workers changed while the round was in
    flight, so no local update is lost.
 
+The merge in step 3 runs while the workers keep writing ``x`` (Hogwild, as
+everywhere in a node): an element a worker stores between the merge's read
+and write loses that one worker update, the same kind of loss two workers'
+concurrent applies already have (see :mod:`a3c_core.core.optim`); the
+snapshot/delta pair itself is consistent because both use the same ``snap``.
+
 Nothing waits for another node: each node's rounds are independent and a
 shard serializes the pushes it receives (a Ray actor runs one call at a time).
 :func:`sync_round_ref` is the whole round on plain arrays, the twin the tests
