@@ -178,7 +178,6 @@ class Case:
     timeout: float = 180.0
     repeat: int = 1  # racy windows: run up to this many times, judge the first failing run
     bug: str = ""
-    what: str = ""
 
 
 @dataclass
@@ -477,7 +476,8 @@ def run_case(case: Case, shared: Shared, keep: str = "") -> Result:
             break
     if case.repeat > 1:
         res.seconds = seconds
-        res.problems.append(f"attempt {attempt + 1} of {case.repeat}") if not res.passed else None
+        if not res.passed:
+            res.problems.append(f"attempt {attempt + 1} of {case.repeat}")
     return res
 
 
@@ -689,6 +689,15 @@ def setup_nan_run(ctx):
     return {"run": run}
 
 
+def setup_pickled_run(ctx):
+    run = copy_run(ctx, ctx.shared.cart)
+    ck = os.path.join(run, "checkpoints")
+    for f in os.listdir(ck):
+        os.remove(os.path.join(ck, f))
+    shutil.move(setup_pickled(ctx)["f"], os.path.join(ck, "latest.npz"))
+    return {"run": run}
+
+
 def setup_empty_run(ctx):
     run = os.path.join(ctx.tmp, "run")
     os.makedirs(os.path.join(run, "checkpoints"))
@@ -836,20 +845,18 @@ def drive_kill_mid_write(proc, ctx):
 
 # -- the cases ------------------------------------------------------------------------
 def _flag(name, flags, words, base=CART, bug="", needs=(), group="config flag"):
-    return Case(name, group, base + list(flags), words=tuple(words), bug=bug, needs=needs,
-                what=" ".join(flags))
+    return Case(name, group, base + list(flags), words=tuple(words), bug=bug, needs=needs)
 
 
 def _toml_case(name, text, words, bug=""):
     return Case(name, "config TOML", ["train", "--config", "{toml}", "--run-dir", "{tmp}/run",
                                       "--total-steps", "300", "--quiet", "--no-tensorboard"],
-                words=tuple(words), setup=_toml(text), bug=bug, what=text.strip().replace("\n", "; "))
+                words=tuple(words), setup=_toml(text), bug=bug)
 
 
-def _eval(name, argv, words=(), expect="error", setup=None, check=None, bug="", needs=(), what="",
-          contains=()):
+def _eval(name, argv, words=(), expect="error", setup=None, check=None, bug="", needs=(), contains=()):
     return Case(name, "eval", ["eval", *argv], expect=expect, words=tuple(words), setup=setup,
-                check=check, bug=bug, needs=needs, what=what, contains=tuple(contains))
+                check=check, bug=bug, needs=needs, contains=tuple(contains))
 
 
 CASES = [
@@ -952,6 +959,8 @@ CASES = [
          words=("truncated|corrupt",), setup=setup_truncated_only),
     Case("resume-nan-params", "resume", ["train", "--resume", "{run}"], words=("not finite",),
          setup=setup_nan_run),
+    Case("resume-pickled-object-npz", "resume", ["train", "--resume", "{run}"], words=("pickle|object",),
+         setup=setup_pickled_run, check=check_not_unpickled),
     Case("resume-no-checkpoint", "resume", ["train", "--resume", "{run}"], words=("checkpoint",),
          setup=setup_empty_run),
     Case("resume-missing-dir", "resume", ["train", "--resume", "{tmp}/nope"], words=("nope",)),
