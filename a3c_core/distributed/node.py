@@ -300,7 +300,9 @@ class Node:
                 due = ((every and self.shared.updates - last_updates >= every)
                        or (period and time.monotonic() - last_t >= period))
                 if not due:
-                    self.stop_event.wait(0.002)
+                    # by time only: sleep to the deadline; by updates: poll every 2 ms
+                    left = period - (time.monotonic() - last_t) if period else 0.002
+                    self.stop_event.wait(0.002 if every else max(0.0005, left))
                     continue
                 last_updates, last_t = self.shared.updates, time.monotonic()
                 self._round()
