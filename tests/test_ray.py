@@ -314,3 +314,28 @@ def test_ray_cli_flags_run_and_final_line(cluster, tmp_path, capsys):
     # resume keeps the saved ray options unless flags override them
     resumed = ray_options_from_args(p.parse_args(["--ray", "--nodes", "1"]), resume=str(tmp_path / "run"))
     assert (resumed.nodes, resumed.shards, resumed.opt_state) == (1, 2, "global")
+
+
+def test_ray_sigint_stops_cleanly_with_checkpoint(cluster, tmp_path):
+    """Ctrl-C in the driver: nodes stopped, final checkpoint from the shards, exit 130."""
+    import signal
+
+    from a3c_core.checkpoint import load_checkpoint
+    from a3c_core.distributed.driver import RayOptions, RayTrainer
+
+    tr = RayTrainer(_cfg(tmp_path, total_seconds=120.0), RayOptions(nodes=2, sync_ms=20))
+
+    def interrupt():
+        while tr.shared.steps < 3000 and not tr.stop_event.is_set():
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    th = threading.Thread(target=interrupt, daemon=True)
+    th.start()
+    res = tr.run()
+    th.join(5)
+    assert res.status == "interrupted" and res.signal == "SIGINT" and res.exit_code == 130
+    ck = load_checkpoint(str(tmp_path / "run"), "latest")
+    assert ck.meta["counters"]["steps"] == res.steps >= 3000
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
