@@ -72,6 +72,12 @@ def _cmd_train(args):
             cfg = base.replace(run_dir=args.resume, **changes)
         else:
             cfg = _config_from_args(args)
+        from a3c_core.distributed.cli import misplaced_ray_flags, run_ray_training
+
+        if getattr(args, "ray", None) is not None:
+            return run_ray_training(cfg, args, resume=args.resume)
+        if misplaced_ray_flags(args):
+            raise ConfigError(f"{', '.join(misplaced_ray_flags(args))}: these flags need --ray")
         trainer = Trainer(cfg, resume=args.resume)
     except (ConfigError, CheckpointError, ValueError, ImportError, OSError) as e:
         print(f"a3c train: error: {e}", file=sys.stderr)
@@ -155,6 +161,9 @@ def build_parser():
     t.add_argument("--resume", metavar="RUN_DIR",
                    help="continue the run in RUN_DIR from its newest valid checkpoint")
     _add_config_flags(t)
+    from a3c_core.distributed.cli import add_ray_arguments
+
+    add_ray_arguments(t)
     e = sub.add_parser("eval", help="evaluate a checkpoint: mean ± std raw reward over N episodes",
                        description="Play N episodes with a checkpoint and report the raw reward. Says which "
                                    "file it loaded, at which training step and training average.")
