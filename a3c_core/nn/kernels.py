@@ -838,6 +838,10 @@ def _lstm_cell_vec(x__i, h__h, c__h, w_ih__gi, w_hh__gh, b_ih__g, b_hh__g,
         f = _sigmoid(gates__g[hd + k])
         g = _tanh(gates__g[2 * hd + k])
         o = _sigmoid(gates__g[3 * hd + k])
+        gates__g[k] = i                 # activated gates, the rollout backward's layout
+        gates__g[hd + k] = f
+        gates__g[2 * hd + k] = g
+        gates__g[3 * hd + k] = o
         c = f * c__h[k] + i * g
         c_out__h[k] = c
         h_out__h[k] = o * _tanh(c)
@@ -846,7 +850,8 @@ def _lstm_cell_vec(x__i, h__h, c__h, w_ih__gi, w_hh__gh, b_ih__g, b_hh__g,
 @kernel
 def lstm_cell_vec(x__i, h__h, c__h, w_ih__gi, w_hh__gh, b_ih__g, b_hh__g,
                   gates__g, h_out__h, c_out__h):
-    """One LSTM step for one vector; gates ``(4H,)`` is scratch."""
+    """One LSTM step for one vector; gates ``(4H,)`` receives the gate
+    activations (i, f, g, o after their nonlinearity, as ``lstm_seq_forward``)."""
     _lstm_cell_vec(x__i, h__h, c__h, w_ih__gi, w_hh__gh, b_ih__g, b_hh__g,
                    gates__g, h_out__h, c_out__h)
 
@@ -895,6 +900,21 @@ def core_heads_step(feat__i, use_lstm, w_ih, w_hh, b_ih, b_hh, h__h, c__h,
 
 
 @kernel
+def _doom_forward(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
+                  c1w, c1b, s1, xs1, acc1, offs1, wtab1, y1, c2w, c2b, s2, cols2, y2, fcw, fcb,
+                  feat, act, use_lstm, w_ih, w_hh, b_ih, b_hh, gates__g, wp__ah, bp__a, wv__1h,
+                  bv__1):
+    _conv_act_s2d(obs__chw, c1w, c1b, s1, act, xs1, acc1, offs1, wtab1, y1)
+    _conv_act_rows(y1, c2w, c2b, s2, 0, act, cols2, y2)
+    _dense_act_vec(y2.reshape(y2.size), fcw, fcb, act, feat)
+    if use_lstm:
+        _lstm_cell_vec(feat, h__h, c__h, w_ih, w_hh, b_ih, b_hh,
+                       gates__g, h_out__h, c_out__h)
+        return _heads_vec(h_out__h, wp__ah, bp__a, wv__1h, bv__1, probs__a)
+    return _heads_vec(feat, wp__ah, bp__a, wv__1h, bv__1, probs__a)
+
+
+@kernel
 def doom_step(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
               c1w, c1b, s1, xs1, acc1, offs1, wtab1, y1, c2w, c2b, s2, cols2, y2, fcw, fcb,
               feat, act, use_lstm, w_ih, w_hh, b_ih, b_hh, gates__g, wp__ah, bp__a, wv__1h,
@@ -910,11 +930,44 @@ def doom_step(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
     not run: the return value is then NaN and nothing is written."""
     if not _all_finite(obs__chw):
         return np.nan
-    _conv_act_s2d(obs__chw, c1w, c1b, s1, act, xs1, acc1, offs1, wtab1, y1)
-    _conv_act_rows(y1, c2w, c2b, s2, 0, act, cols2, y2)
-    _dense_act_vec(y2.reshape(y2.size), fcw, fcb, act, feat)
+    return _doom_forward(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
+                         c1w, c1b, s1, xs1, acc1, offs1, wtab1, y1, c2w, c2b, s2, cols2, y2,
+                         fcw, fcb, feat, act, use_lstm, w_ih, w_hh, b_ih, b_hh, gates__g,
+                         wp__ah, bp__a, wv__1h, bv__1)
+
+
+@kernel
+def doom_step_rec(t, obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
+                  c1w, c1b, s1, xs1, acc1, offs1, wtab1, y1, c2w, c2b, s2, cols2, y2, fcw, fcb,
+                  feat, act, use_lstm, w_ih, w_hh, b_ih, b_hh, gates__g, wp__ah, bp__a, wv__1h,
+                  bv__1, obs__tchw, z1__ro, flat2__tn, fc__tn, gates__tg, hs__th, cs__th):
+    """:func:`doom_step` that also records rollout row ``t`` (what the
+    backward-only update reads): the observation ``obs__tchw[t]``, conv1's
+    activation as NHWC rows ``z1[t*P1:(t+1)*P1]`` ``(P1, O1)``, conv2's
+    channel-first flatten ``flat2[t]``, the fc output ``fc[t]``, and (LSTM)
+    the activated gates ``gates[t]`` (the gate scratch ``gates__g`` is then
+    unused), the input state ``hs[t]``/``cs[t]`` and the new one
+    ``hs[t+1]``/``cs[t+1]``.  Nothing is written for a non-finite obs (NaN
+    returned)."""
+    if not _all_finite(obs__chw):
+        return np.nan
+    value = _doom_forward(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
+                          c1w, c1b, s1, xs1, acc1, offs1, wtab1, y1, c2w, c2b, s2, cols2, y2,
+                          fcw, fcb, feat, act, use_lstm, w_ih, w_hh, b_ih, b_hh, gates__tg[t],
+                          wp__ah, bp__a, wv__1h, bv__1)
+    obs__tchw[t] = obs__chw
+    o1, oh1, ow1 = y1.shape
+    p0 = t * oh1 * ow1
+    for y in range(oh1):
+        for x in range(ow1):
+            r = p0 + y * ow1 + x
+            for o in range(o1):
+                z1__ro[r, o] = y1[o, y, x]
+    flat2__tn[t] = y2.reshape(y2.size)
+    fc__tn[t] = feat
     if use_lstm:
-        _lstm_cell_vec(feat, h__h, c__h, w_ih, w_hh, b_ih, b_hh,
-                       gates__g, h_out__h, c_out__h)
-        return _heads_vec(h_out__h, wp__ah, bp__a, wv__1h, bv__1, probs__a)
-    return _heads_vec(feat, wp__ah, bp__a, wv__1h, bv__1, probs__a)
+        hs__th[t] = h__h
+        cs__th[t] = c__h
+        hs__th[t + 1] = h_out__h
+        cs__th[t + 1] = c_out__h
+    return value

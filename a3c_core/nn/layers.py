@@ -10,7 +10,11 @@ FLOP counter, gradcheck and the torch twin iterate one list:
 * ``workspace(t_cap, dtype)`` - its rollout scratch, ``t_cap`` steps; the
   forward writes the layer's activations there in rows indexed by ``t``
   (row ``t`` of a dense, rows ``t*P .. t*P+P-1`` of a conv) and the backward
-  reads them back, so a later backward-only update could reuse them;
+  reads them back; ``out_rows(ws, t_len)`` views them and ``record(ws, t,
+  y)`` stores one batch-1 step's output there, so the backward-only update
+  (:meth:`Network.rollout_grad`) reuses the activations the policy acted on;
+* ``prepare_backward(ws, p, x, t_len)`` - what the backward reads besides the
+  output rows (a conv's im2col of its input), from the input rows ``x``;
 * ``forward(ws, p, x, t_len)`` / ``backward(ws, p, g, x, dy, t_len, dx)`` -
   batched over a rollout (BLAS GEMMs + Numba kernels), gradients written
   (overwritten) into its views ``g`` of the flat gradient buffer; ``dx`` is
@@ -114,8 +118,12 @@ class Conv2d:
             return ws["dy"][:t_len]
         return ws["dy"][:t_len * self.n_pix].reshape(t_len, *self.out_hw, self.out_ch)
 
-    def forward(self, ws, p, x, t_len):
-        """x ``(T, C, H, W)`` (``nchw_in``) or NHWC ``(T, H, W, C)`` -> the output."""
+    def prepare_backward(self, ws, p, x, t_len):
+        """What the backward reads besides the output rows: the im2col of the
+        input ``x`` (``ws['cols']`` rows) and the (i, j, c)-permuted weight
+        ``ws['w_ijc']``.  The forward starts with it; the backward-only path
+        (:meth:`Network.rollout_grad`) calls it on the recorded input rows.
+        Returns the cols rows ``(T*OH*OW, C*k*k)``."""
         c, h, w = self.in_shape
         if self.nchw_in:
             if c == 1:
@@ -124,15 +132,19 @@ class Conv2d:
                 xt = ws["x_nhwc"][:t_len]
                 xt[...] = x.transpose(0, 2, 3, 1)
                 x = xt
-        rows = t_len * self.n_pix
-        cols, z = ws["cols"][:rows], ws["z"][:rows]
+        cols = ws["cols"][:t_len * self.n_pix]
         K.im2col_nhwc(x, self.k, self.k, self.stride, self.pad, cols)
         # im2col columns are (i, j, c): the weight in that order, a fresh
         # permuted copy per call (1-9K values), so never stale
-        w_ijc = ws["w_ijc"]
-        w_ijc.reshape(self.out_ch, self.k, self.k, c)[...] = \
+        ws["w_ijc"].reshape(self.out_ch, self.k, self.k, c)[...] = \
             p[self.name + ".weight"].transpose(0, 2, 3, 1)
-        np.dot(cols, w_ijc.T, out=z)
+        return cols
+
+    def forward(self, ws, p, x, t_len):
+        """x ``(T, C, H, W)`` (``nchw_in``) or NHWC ``(T, H, W, C)`` -> the output."""
+        cols = self.prepare_backward(ws, p, x, t_len)
+        z = ws["z"][:t_len * self.n_pix]
+        np.dot(cols, ws["w_ijc"].T, out=z)
         act = K.ACT_CODES[self.act]
         if self.flatten_out:
             flat = ws["flat"][:t_len]
@@ -141,6 +153,22 @@ class Conv2d:
             return flat
         K.bias_act(z, p[self.name + ".bias"], act)
         return z.reshape(t_len, *self.out_hw, self.out_ch)
+
+    def out_rows(self, ws, t_len):
+        """The activation rows the forward returned (and the backward reads)."""
+        if self.flatten_out:
+            return ws["flat"][:t_len]
+        return ws["z"][:t_len * self.n_pix].reshape(t_len, *self.out_hw, self.out_ch)
+
+    def record(self, ws, t, y):
+        """Store one batch-1 step output ``y`` (CHW ``(O, OH, OW)``, or its
+        flatten for the last conv) as row ``t`` of :meth:`out_rows`."""
+        if self.flatten_out:
+            ws["flat"][t] = y
+        else:
+            p0 = t * self.n_pix
+            ws["z"][p0:p0 + self.n_pix].reshape(*self.out_hw, self.out_ch)[...] = \
+                y.transpose(1, 2, 0)
 
     def backward(self, ws, p, g, x, dy, t_len, dx):
         """dy shaped like the output; writes dW, db and (``dx`` not None) dx NHWC."""
@@ -227,6 +255,16 @@ class Dense:
         np.dot(x, p[self.name + ".weight"].T, out=y)
         K.bias_act(y, p[self.name + ".bias"], K.ACT_CODES[self.act])
         return y
+
+    def prepare_backward(self, ws, p, x, t_len):
+        """Nothing beyond the output rows and the input (see ``Conv2d``)."""
+
+    def out_rows(self, ws, t_len):
+        return ws["y"][:t_len]
+
+    def record(self, ws, t, y):
+        """Store one batch-1 step output ``y`` ``(n_out,)`` as row ``t``."""
+        ws["y"][t] = y
 
     def backward(self, ws, p, g, x, dy, t_len, dx):
         dz = ws["dy"][:t_len]                    # may be dy itself: elementwise in place

@@ -212,6 +212,9 @@ class Network:
         self._ws = None
         self._ws_t = 0
         self._last_t = 0
+        self._obs_rows = None     # (t_cap, *obs_shape): the recorded observations
+        self._rec_static = None   # doom_step_rec's row arrays
+        self._rec_t = -1          # recorded rows (-1: no recording in progress)
 
     def fork(self) -> "Network":
         """A new Network over the SAME ``params`` buffer (no copy: an update
@@ -328,12 +331,14 @@ class Network:
         return h, c
 
     # ------------------------------------------------------------------ step
-    def step(self, obs, state):
+    def step(self, obs, state, record=False):
         """One observation ``obs_shape`` -> ``(probs (A,), value float, new_state)``.
 
         ``new_state`` is a new ``(h, c)`` tuple (LSTM) or ``None``; the input
         state is never modified.  Raises ``ValueError`` when ``obs`` holds a
-        NaN or inf (before anything is computed).
+        NaN or inf (before anything is computed).  ``record=True`` (after
+        :meth:`begin_rollout`) also stores this step's activations as the
+        next rollout row for :meth:`rollout_grad`.
         """
         dt = self._dtype
         if not (type(obs) is np.ndarray and obs.dtype == dt and obs.flags.c_contiguous):
@@ -349,7 +354,9 @@ class Network:
         else:
             h = c = h_out = c_out = self._dummy_h
             new_state = None
-        if self._fused:
+        if record:
+            value = self._step_record(obs, h, c, h_out, c_out, probs)
+        elif self._fused:
             value = K.doom_step(obs, h, c, h_out, c_out, probs, *self._step_static)
             if value != value and not K.all_finite(obs):    # NaN value: bad input?
                 raise _bad_obs()
@@ -364,53 +371,183 @@ class Network:
                                       *self._heads_static, probs)
         return probs, value, new_state
 
+    def _step_record(self, obs, h, c, h_out, c_out, probs):
+        """``step`` body that also writes rollout row ``t``; returns the value."""
+        t = self._record_slot()
+        if self._fused:
+            value = K.doom_step_rec(t, obs, h, c, h_out, c_out, probs, *self._step_static,
+                                    *self._rec_static)
+            if value != value and not K.all_finite(obs):
+                raise _bad_obs()
+            self._rec_t = t + 1
+            return value
+        if not K.all_finite(obs):
+            raise _bad_obs()
+        ws = self._ws
+        self._obs_rows[t] = obs
+        x = obs
+        for (kern, args, out), layer, lws in zip(self._step_chain, self.encoder, ws):
+            kern(x, *args)
+            layer.record(lws, t, out)
+            x = out
+        if self.recurrent:
+            cws = ws[len(self.encoder)]
+            value = K.core_heads_step(x, *self._core_static, h, c, cws["gates"][t], h_out, c_out,
+                                      *self._heads_static, probs)
+            cws["hs"][t] = h
+            cws["cs"][t] = c
+            cws["hs"][t + 1] = h_out
+            cws["cs"][t + 1] = c_out
+        else:
+            value = K.core_heads_step(x, *self._core_static, h, c, self._gates1, h_out, c_out,
+                                      *self._heads_static, probs)
+        self._rec_t = t + 1
+        return value
+
     # ---------------------------------------------------------- rollout path
     def _workspace(self, t_len):
         """Grow the rollout scratch to hold ``t_len`` steps (one dict per layer)."""
         if t_len <= self._ws_t:
             return
         t_cap = max(t_len, 20)
-        self._ws = [layer.workspace(t_cap, self._dtype) for layer in self.layers]
-        self._ws_t = t_cap
-
-    def _run(self, obs, actions, returns, advantages, state, value_coef, entropy_beta,
-             backward):
         dt = self._dtype
+        self._ws = [layer.workspace(t_cap, dt) for layer in self.layers]
+        self._ws_t = t_cap
+        self._rec_t = -1                # a recording does not survive a regrow
+        self._obs_rows = np.empty((t_cap,) + self.obs_shape, dt)
+        if self._fused:
+            ws1, ws2, wsd = self._ws[:3]
+            if self.recurrent:
+                cws = self._ws[3]
+                lstm = (cws["gates"], cws["hs"], cws["cs"])
+            else:
+                lstm = (np.empty((t_cap, 4), dt), np.empty((t_cap + 1, 1), dt),
+                        np.empty((t_cap + 1, 1), dt))
+            self._rec_static = (self._obs_rows, ws1["z"], ws2["flat"], wsd["y"], *lstm)
+
+    # ------------------------------------------------------ recorded rollout
+    def begin_rollout(self, t_cap=20) -> None:
+        """Start recording a rollout of at most ``t_cap`` steps: each
+        ``step(obs, state, record=True)`` then stores row ``t`` (0, 1, ...)
+        of the activations the backward reads (obs, conv/fc outputs, LSTM
+        gates and cells, the input and output state) in this network's
+        preallocated workspace, and :meth:`rollout_grad` runs only the
+        backward over them.  The rollout must act with fixed parameters
+        (that is what makes the recorded activations the loss's forward).
+        A ``loss``/``loss_and_grad`` call ends the recording (it reuses the
+        rows)."""
+        t_cap = int(t_cap)
+        if t_cap < 1:
+            raise ValueError(f"begin_rollout: t_cap must be >= 1, got {t_cap}")
+        self._workspace(t_cap)
+        self._rec_t = 0
+
+    @property
+    def recorded_steps(self) -> int:
+        """Rows recorded since :meth:`begin_rollout` (0 when none is in progress)."""
+        return max(self._rec_t, 0)
+
+    def _record_slot(self):
+        t = self._rec_t
+        if t < 0:
+            raise RuntimeError("step(record=True) needs begin_rollout() first "
+                               "(or a loss/loss_and_grad call ended the recording)")
+        if t >= self._ws_t:
+            raise RuntimeError(f"step(record=True): the rollout is full ({self._ws_t} steps "
+                               f"recorded); call begin_rollout(t_cap) with a larger t_cap")
+        return t
+
+    def record_rollout(self, obs, state=None) -> None:
+        """Record the rows of a whole rollout ``obs`` ``(T, *obs_shape)`` from
+        ``state`` with the batched forward (BLAS) instead of T steps: the
+        rows ``loss_and_grad`` would compute.  For tests and benchmarks; a
+        worker records with ``step(..., record=True)``."""
+        obs, t_len = self._check_obs(obs)
+        h0 = c0 = None
+        if self.recurrent:
+            h0, c0 = self._state_arrays(state)
+        self._workspace(t_len)
+        x = np.ascontiguousarray(obs, dtype=self._dtype)
+        self._forward_encoder_core(x, h0, c0, t_len)
+        self._obs_rows[:t_len] = x
+        self._rec_t = t_len
+
+    def rollout_grad(self, actions, returns, advantages, *, value_coef=0.5,
+                     entropy_beta=0.01) -> dict:
+        """The gradient of :meth:`loss_and_grad` over the recorded rollout,
+        by the backward pass only (the forward is the recorded steps).
+
+        actions int ``(T,)``, returns/advantages ``(T,)`` with T the number
+        of recorded steps.  Gradients overwrite ``self.grads``; returns the
+        stats dict of :meth:`loss_and_grad`; ``last_probs``/``last_values``/
+        ``last_dstate`` are set as after ``loss_and_grad``.  Given the same
+        activation rows the result is bit-for-bit ``loss_and_grad``'s (the
+        same backward code runs); the rows of batch-1 steps differ from the
+        batched forward's only by rounding (fused Numba kernels vs BLAS).
+        """
+        t_len = self._rec_t
+        if t_len < 1:
+            raise RuntimeError("rollout_grad: no recorded steps; call begin_rollout() and "
+                               "step(obs, state, record=True) for each step first")
+        actions, returns, advantages = self._check_targets(actions, returns, advantages, t_len)
+        ws, p = self._ws, self._p
+        n_enc = len(self.encoder)
+        x = self._obs_rows[:t_len]
+        inputs = []
+        for layer, lws in zip(self.encoder, ws):
+            inputs.append(x)
+            layer.prepare_backward(lws, p, x, t_len)
+            x = layer.out_rows(lws, t_len)
+        feat = x
+        top = ws[n_enc]["hs"][1:t_len + 1] if self.recurrent else feat
+        self._last_t = t_len
+        stats = self.heads.forward_loss(ws[-1], p, self._g, top, actions, returns, advantages,
+                                        value_coef, entropy_beta, t_len)
+        self._backward(inputs, feat, t_len)
+        return stats
+
+    def _check_obs(self, obs):
         obs = np.asarray(obs)
         t_len = obs.shape[0] if obs.ndim else 0
         if obs.shape[1:] != self.obs_shape:
             raise ValueError(f"obs must have shape (T, *{self.obs_shape}), got {obs.shape}")
         if t_len < 1:
             raise ValueError("rollout must have at least one step")
+        return obs, t_len
+
+    def _check_targets(self, actions, returns, advantages, t_len):
+        dt = self._dtype
         actions = np.ascontiguousarray(actions, dtype=np.int64)
         if actions.shape != (t_len,) or actions.min() < 0 or actions.max() >= self.n_actions:
             raise ValueError(f"actions must be {t_len} ints in [0, {self.n_actions})")
-        returns = np.ascontiguousarray(returns, dtype=dt).reshape(t_len)
-        advantages = np.ascontiguousarray(advantages, dtype=dt).reshape(t_len)
-        if self.recurrent:
-            h0, c0 = self._state_arrays(state)
-        self._workspace(t_len)
-        self._last_t = t_len
-        ws, p, g = self._ws, self._p, self._g
-        n_enc = len(self.encoder)
+        try:
+            returns = np.ascontiguousarray(returns, dtype=dt).reshape(t_len)
+            advantages = np.ascontiguousarray(advantages, dtype=dt).reshape(t_len)
+        except ValueError:
+            raise ValueError(f"returns and advantages must have {t_len} values "
+                             f"(one per rollout step)") from None
+        return actions, returns, advantages
 
-        # ---- forward: encoder layers, core, heads + loss (+ head grads)
-        x = np.ascontiguousarray(obs, dtype=dt)
+    def _forward_encoder_core(self, x, h0, c0, t_len):
+        """Batched forward of encoder + core into the workspace rows;
+        returns ``(inputs per encoder layer, feat, top)``."""
+        ws, p = self._ws, self._p
         inputs = []
         for layer, lws in zip(self.encoder, ws):
             inputs.append(x)
             x = layer.forward(lws, p, x, t_len)
         feat = x
-        top = self.core.forward(ws[n_enc], p, feat, t_len, h0, c0) if self.recurrent else feat
-        hws = ws[-1]
-        stats = self.heads.forward_loss(hws, p, g, top, actions, returns, advantages,
-                                        value_coef, entropy_beta, t_len)
-        if not backward:
-            return stats
+        top = self.core.forward(ws[len(self.encoder)], p, feat, t_len, h0, c0) \
+            if self.recurrent else feat
+        return inputs, feat, top
 
-        # ---- backward: each layer writes its input gradient into the
-        # previous layer's output-gradient rows
-        dy = hws["dtop"][:t_len]
+    def _backward(self, inputs, feat, t_len):
+        """Backward from the heads' ``dtop`` rows through core and encoder;
+        each layer writes its input gradient into the previous layer's
+        output-gradient rows."""
+        ws, p, g = self._ws, self._p, self._g
+        n_enc = len(self.encoder)
+        dy = ws[-1]["dtop"][:t_len]
         last = self.encoder[-1]
         if self.recurrent:
             dy = self.core.backward(ws[n_enc], p, g, feat, dy, t_len,
@@ -418,6 +555,23 @@ class Network:
         for i in range(n_enc - 1, -1, -1):
             dx = self.encoder[i - 1].dy_rows(ws[i - 1], t_len) if i > 0 else None
             dy = self.encoder[i].backward(ws[i], p, g, inputs[i], dy, t_len, dx)
+
+    def _run(self, obs, actions, returns, advantages, state, value_coef, entropy_beta,
+             backward):
+        obs, t_len = self._check_obs(obs)
+        actions, returns, advantages = self._check_targets(actions, returns, advantages, t_len)
+        h0 = c0 = None
+        if self.recurrent:
+            h0, c0 = self._state_arrays(state)
+        self._workspace(t_len)
+        self._rec_t = -1                # the rows are about to be overwritten
+        self._last_t = t_len
+        x = np.ascontiguousarray(obs, dtype=self._dtype)
+        inputs, feat, top = self._forward_encoder_core(x, h0, c0, t_len)
+        stats = self.heads.forward_loss(self._ws[-1], self._p, self._g, top, actions, returns,
+                                        advantages, value_coef, entropy_beta, t_len)
+        if backward:
+            self._backward(inputs, feat, t_len)
         return stats
 
     def loss(self, obs, actions, returns, advantages, state, *, value_coef=0.5,
