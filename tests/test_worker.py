@@ -63,10 +63,15 @@ class SpyNet:
     def __getattr__(self, name):
         return getattr(self._net, name)
 
-    def step(self, obs, state):
-        probs, v, state = self._net.step(obs, state)
+    def step(self, obs, state, record=False):
+        probs, v, state = self._net.step(obs, state, record=record)
         self.step_values.append((obs.copy(), float(v)))
         return probs, v, state
+
+    def rollout_grad(self, actions, returns, adv, **kw):   # the worker's backward-only update
+        self.calls.append({"obs": self._net.recorded_obs.copy(),
+                           "returns": np.array(returns, np.float64)})
+        return self._net.rollout_grad(actions, returns, adv, **kw)
 
     def loss_and_grad(self, obs, actions, returns, adv, state0, **kw):
         self.calls.append({"obs": obs.copy(), "returns": np.array(returns, np.float64)})

@@ -447,6 +447,12 @@ class Network:
         """Rows recorded since :meth:`begin_rollout` (0 when none is in progress)."""
         return max(self._rec_t, 0)
 
+    @property
+    def recorded_obs(self):
+        """``(T, *obs_shape)`` view of the observations recorded since
+        :meth:`begin_rollout` (scratch, valid until the next recording)."""
+        return self._obs_rows[:self.recorded_steps] if self._obs_rows is not None else None
+
     def _record_slot(self):
         t = self._rec_t
         if t < 0:

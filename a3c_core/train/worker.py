@@ -25,8 +25,10 @@ One rollout (:meth:`Worker.rollout`):
 2. play up to ``t_max`` steps: ``net.step`` -> sample -> ``env.step``;
 3. bootstrap from ``V(s_n)`` when the rollout was cut by ``t_max``, or by a
    time limit and ``bootstrap_truncated`` is set; 0 after a terminal state;
-4. returns and GAE advantages, ``loss_and_grad`` (BPTT from the rollout's
-   first LSTM state), ``store.apply``.
+4. returns and GAE advantages, ``net.rollout_grad`` (the backward pass only,
+   BPTT from the rollout's first LSTM state, over the activations the steps
+   recorded with ``record=True``: the gradient of ``loss_and_grad`` without
+   recomputing the forward), ``store.apply``.
 
 The rollout keeps ``obs_buf[n]`` (the observation after the last step) and
 moves it to ``obs_buf[0]`` for the next rollout of the same episode.
@@ -220,8 +222,11 @@ class Worker:
         u = self.rng.random(s.t_max)
         term = trunc = False
         n = s.t_max
+        # the steps record their activations (fixed local params during the
+        # rollout), so the update runs only the backward pass
+        net.begin_rollout(s.t_max)
         for t in range(s.t_max):
-            probs, v, state = net.step(obs_buf[t], state)
+            probs, v, state = net.step(obs_buf[t], state, record=True)
             a = sample_categorical(probs, u[t])
             obs, r, term, trunc = env.step(a)
             actions[t] = a
@@ -237,7 +242,7 @@ class Worker:
         self._scale_rewards(n)
         if term or (trunc and not s.bootstrap_truncated):
             boot = 0.0
-        else:  # cut by t_max, or by a time limit that is bootstrapped
+        else:  # cut by t_max, or by a time limit that is bootstrapped (not recorded)
             _, boot, _ = net.step(obs_buf[n], state)
         applied = self._update(n, float(boot), state0)
         self.store.add_steps(n)
@@ -267,8 +272,10 @@ class Worker:
         ret, adv = gae(self.rewards[:n], self.values[:n], boot, s.gamma, s.gae_lambda)
         if s.normalize_advantages:
             adv = adv * np.float32(self.store.advantage_scale(adv))
-        loss, _ = self.net.loss_and_grad(self.obs_buf[:n], self.actions[:n], ret, adv, state0,
-                                         value_coef=s.value_coef, entropy_beta=s.entropy_beta)
+        # backward only over the rows the rollout's steps recorded; the same
+        # gradient as loss_and_grad(obs_buf[:n], actions[:n], ret, adv, state0)
+        loss = self.net.rollout_grad(self.actions[:n], ret, adv,
+                                     value_coef=s.value_coef, entropy_beta=s.entropy_beta)
         norm, applied = self.store.apply(self.net.grads, s.max_grad_norm, self.offset)
         if applied:
             st.policy_loss += loss["policy_loss"] / n
