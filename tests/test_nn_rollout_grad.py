@@ -1,0 +1,198 @@
+"""Backward-only update: ``begin_rollout`` / ``step(record=True)`` / ``rollout_grad``
+against ``loss_and_grad`` (the self-contained recompute path).
+
+Two claims, tested separately:
+
+* the backward-only path IS today's backward: on the same activation rows
+  (recorded by the batched forward, ``record_rollout``) its gradients,
+  stats, probs/values and dstate equal ``loss_and_grad``'s bit for bit, in
+  float64 and float32;
+* the rows batch-1 steps record are the batched forward's up to rounding:
+  the step kernels (Numba, fastmath reassoc/contract) and the batched
+  forward (BLAS GEMMs) sum in different orders, so even in float64 they
+  differ in the last bits (~1e-16 relative, measured) and a real rollout's
+  gradients agree to a tolerance, not bit for bit.  The recorded rows are
+  the activations the policy acted on.
+"""
+import numpy as np
+import pytest
+
+from a3c_core.nn import build_network
+from a3c_core.nn.gradcheck import random_rollout
+
+CASES = [("doom-lstm", (1, 84, 84)), ("doom-ff", (1, 84, 84)), ("doom-lstm", (2, 30, 26)),
+         ("atari-lstm", (1, 42, 42)), ("atari-lstm", (2, 17, 23)), ("mlp-lstm", (7,)),
+         ("mlp", (7,))]
+
+
+def _rollout(net, t_len, seed=0):
+    return random_rollout(net, t_len, np.random.default_rng(seed))
+
+
+def _record_steps(net, obs, state, t_cap=None):
+    """A real rollout: begin_rollout, then one recorded step per obs row."""
+    net.begin_rollout(t_cap or obs.shape[0])
+    probs, values = [], []
+    s = state
+    for t in range(obs.shape[0]):
+        p, v, s = net.step(obs[t], s, record=True)
+        probs.append(p)
+        values.append(v)
+    return np.array(probs), np.array(values), s
+
+
+def _lag(net, obs, actions, ret, adv, state, **kw):
+    stats, _ = net.loss_and_grad(obs, actions, ret, adv, state, **kw)
+    out = {"stats": stats, "grads": net.grads.copy(), "probs": net.last_probs.copy(),
+           "values": net.last_values.copy()}
+    if net.recurrent:
+        out["dstate"] = tuple(x.copy() for x in net.last_dstate)
+    return out
+
+
+def _roll(net, actions, ret, adv, **kw):
+    stats = net.rollout_grad(actions, ret, adv, **kw)
+    out = {"stats": stats, "grads": net.grads.copy(), "probs": net.last_probs.copy(),
+           "values": net.last_values.copy()}
+    if net.recurrent:
+        out["dstate"] = tuple(x.copy() for x in net.last_dstate)
+    return out
+
+
+@pytest.mark.parametrize("spec,obs_shape", CASES)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_backward_only_is_bit_for_bit_loss_and_grad(spec, obs_shape, dtype):
+    net = build_network(spec, obs_shape, 3, dtype=dtype, seed=3)
+    obs, actions, ret, adv, state = _rollout(net, 6)
+    kw = {"value_coef": 0.7, "entropy_beta": 0.02}
+    ref = _lag(net, obs, actions, ret, adv, state, **kw)
+    net.grads[:] = np.nan                         # nothing may survive from the last call
+    net.record_rollout(obs, state)
+    assert net.recorded_steps == 6
+    got = _roll(net, actions, ret, adv, **kw)
+    np.testing.assert_array_equal(got["grads"], ref["grads"])
+    assert got["stats"] == ref["stats"]
+    np.testing.assert_array_equal(got["probs"], ref["probs"])
+    np.testing.assert_array_equal(got["values"], ref["values"])
+    if net.recurrent:
+        np.testing.assert_array_equal(got["dstate"][0], ref["dstate"][0])
+        np.testing.assert_array_equal(got["dstate"][1], ref["dstate"][1])
+    assert np.abs(ref["grads"]).max() > 0
+
+
+@pytest.mark.parametrize("spec,obs_shape", [("doom-lstm", (1, 84, 84)), ("atari-lstm", (1, 42, 42)),
+                                            ("mlp-lstm", (7,)), ("mlp", (7,)),
+                                            ("doom-ff", (1, 84, 84)), ("doom-lstm", (3, 61, 100))])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_recorded_steps_give_loss_and_grad(spec, obs_shape, dtype):
+    """A real rollout of recorded steps (from a nonzero LSTM state) vs the
+    recompute path: equal up to the step-vs-BLAS rounding (see module doc)."""
+    net = build_network(spec, obs_shape, 3, dtype=dtype, seed=4)
+    obs, actions, ret, adv, state = _rollout(net, 5, seed=1)
+    if net.recurrent:
+        state = tuple((np.random.default_rng(9).standard_normal(net.lstm_size) * 0.5)
+                      .astype(dtype) for _ in range(2))
+    probs, values, s_end = _record_steps(net, obs, state, t_cap=8)
+    got = _roll(net, actions, ret, adv)
+    ref = _lag(net, obs, actions, ret, adv, state)
+    rtol = 1e-12 if dtype is np.float64 else 2e-5
+    scale = np.abs(ref["grads"]).max()
+    assert scale > 0
+    np.testing.assert_allclose(got["grads"], ref["grads"], rtol=0, atol=rtol * scale)
+    for key in ("loss", "policy_loss", "value_loss", "entropy"):
+        assert got["stats"][key] == pytest.approx(ref["stats"][key], rel=rtol, abs=rtol)
+    # the rows are what the policy acted on
+    np.testing.assert_allclose(got["probs"], probs, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(got["values"], values, rtol=rtol, atol=rtol)
+    if net.recurrent:
+        for a, b in zip(got["dstate"], ref["dstate"]):
+            np.testing.assert_allclose(a, b, rtol=0, atol=rtol * max(np.abs(b).max(), 1e-3))
+
+
+def test_float64_recorded_rows_match_batched_forward_to_rounding():
+    """The recorded activation rows vs the batched forward's, row by row."""
+    net = build_network("doom-lstm", (1, 84, 84), 3, dtype=np.float64, seed=5)
+    obs, actions, ret, adv, state = _rollout(net, 4)
+    _record_steps(net, obs, state)
+    ws = net._ws
+    rec = [{k: v.copy() for k, v in w.items()} for w in ws]
+    net.record_rollout(obs, state)
+    for name, key, rows in (("conv1", "z", 4 * 400), ("conv2", "flat", 4), ("fc", "y", 4),
+                            ("lstm", "gates", 4), ("lstm", "hs", 5), ("lstm", "cs", 5)):
+        i = [L.name for L in net.layers].index(name)
+        np.testing.assert_allclose(rec[i][key][:rows], ws[i][key][:rows], rtol=1e-13, atol=1e-14,
+                                   err_msg=f"{name}.{key}")
+
+
+def test_bootstrap_step_does_not_touch_recorded_rows():
+    net = build_network("doom-lstm", (1, 84, 84), 3, dtype=np.float64, seed=6)
+    obs, actions, ret, adv, state = _rollout(net, 3)
+    _, _, s = _record_steps(net, obs, state, t_cap=3)
+    g1 = _roll(net, actions, ret, adv)["grads"]
+    net.step(obs[0] * 0.5, s)                     # the bootstrap: record=False
+    net.step(obs[1], None)
+    assert net.recorded_steps == 3
+    np.testing.assert_array_equal(_roll(net, actions, ret, adv)["grads"], g1)
+
+
+def test_recording_restarts_and_errors():
+    net = build_network("mlp-lstm", (7,), 3, dtype=np.float64, seed=7)
+    obs, actions, ret, adv, state = _rollout(net, 4)
+    with pytest.raises(RuntimeError, match="begin_rollout"):
+        net.step(obs[0], state, record=True)
+    with pytest.raises(RuntimeError, match="no recorded steps"):
+        net.rollout_grad(actions, ret, adv)
+    net.begin_rollout(2)
+    assert net.recorded_steps == 0
+    with pytest.raises(RuntimeError, match="no recorded steps"):
+        net.rollout_grad(actions[:0], ret[:0], adv[:0])
+    _record_steps(net, obs[:2], state, t_cap=2)
+    s = net.step(obs[0], state)[2]
+    for t in range(net._ws_t - 2):               # fill up to the workspace capacity
+        s = net.step(obs[0], s, record=True)[2]
+    with pytest.raises(RuntimeError, match="full"):
+        net.step(obs[0], s, record=True)
+    net.begin_rollout(4)
+    _record_steps(net, obs, state, t_cap=4)
+    with pytest.raises(ValueError, match="actions must be 4"):
+        net.rollout_grad(actions[:3], ret, adv)
+    with pytest.raises(ValueError, match="4 values"):
+        net.rollout_grad(actions, ret[:3], adv)
+    with pytest.raises(ValueError, match="t_cap"):
+        net.begin_rollout(0)
+    np.testing.assert_array_equal(net.recorded_obs, obs)
+    net.loss(obs, actions, ret, adv, state)      # reuses the rows: ends the recording
+    with pytest.raises(RuntimeError, match="no recorded steps"):
+        net.rollout_grad(actions, ret, adv)
+
+
+@pytest.mark.parametrize("spec,obs_shape", [("doom-lstm", (1, 84, 84)), ("mlp", (7,))])
+def test_non_finite_obs_is_not_recorded(spec, obs_shape):
+    net = build_network(spec, obs_shape, 3, dtype=np.float32, seed=8)
+    obs, actions, ret, adv, state = _rollout(net, 2)
+    net.begin_rollout(4)
+    s = net.step(obs[0], state, record=True)[2]
+    bad = obs[1].copy()
+    bad.reshape(-1)[3] = np.nan
+    with pytest.raises(ValueError, match="NaN or inf"):
+        net.step(bad, s, record=True)
+    assert net.recorded_steps == 1
+
+
+def test_forks_record_independently():
+    net = build_network("doom-lstm", (1, 30, 26), 3, dtype=np.float64, seed=9)
+    twin = net.fork()
+    obs, actions, ret, adv, state = _rollout(net, 3)
+    obs2 = obs[::-1].copy()
+    net.begin_rollout(3)
+    twin.begin_rollout(3)
+    s1, s2 = state, state
+    for t in range(3):                            # interleaved, as two threads would
+        s1 = net.step(obs[t], s1, record=True)[2]
+        s2 = twin.step(obs2[t], s2, record=True)[2]
+    g1 = _roll(net, actions, ret, adv)["grads"]
+    g2 = _roll(twin, actions, ret, adv)["grads"]
+    ref1 = _lag(build_network("doom-lstm", (1, 30, 26), 3, dtype=np.float64, seed=9),
+                obs, actions, ret, adv, state)["grads"]
+    np.testing.assert_allclose(g1, ref1, rtol=0, atol=1e-12 * np.abs(ref1).max())
+    assert not np.allclose(g1, g2)
