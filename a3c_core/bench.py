@@ -15,6 +15,16 @@ dwarf the timer) and reports the median, min and max.  Rows:
   figure is a slight under-count of the work actually done.
 * ``update``: what a worker does per rollout after the forward steps:
   loss_and_grad + clip_grad_norm + Adam apply (the default) + sync_params, us.
+* ``learner us/agent step``: what one worker's learner costs per agent step,
+  ``(T x step + update) / T`` with ``update`` = the backward-only
+  ``rollout_grad`` over the rows the T ``step(record=True)`` calls recorded +
+  clip + Adam apply + sync (:func:`bench_learner`; sampling, the env and the
+  bootstrap step, ~1 step / T more, are not in it).  Timed interleaved with
+  ``learner us/agent step (recompute)`` (plain steps + ``loss_and_grad``, the
+  path before backward-only updates) and, when torch is installed,
+  ``learner us/agent step (torch)``: the same rollout done PyTorch-A3C style
+  (T ``inference_mode`` steps, forward+backward recompute, ``clip_grad_norm_``,
+  ``torch.optim.Adam`` on a shared model, copy back), one thread each.
 * ``rmsprop/adam apply``, ``clip_grad_norm``, ``gae``: flat-buffer kernels, us.
 * ``preprocess``: uint8 gray 120x160 -> float32 84x84 (area resize), us.
 * ``env step``: one ``env.step(a)`` of the env (ViZDoom: frame skip 4; the
@@ -254,6 +264,8 @@ def bench_network(net, T, repeat, min_time, peak, fl) -> list[Row]:
     s = time_call(update, repeat=repeat, min_time=min_time)
     rows.append(Row(f"update T={T}", _us(s), "us", "loss_and_grad + clip + Adam apply + sync_params"))
 
+    rows.extend(bench_learner(net, T, repeat, min_time))
+
     grads = (rng.standard_normal(net.n_params) * 1e-3).astype(net.params.dtype)
     params = net.params.copy()
     n = net.n_params
@@ -268,6 +280,105 @@ def bench_network(net, T, repeat, min_time, peak, fl) -> list[Row]:
     v = rng.standard_normal(T).astype(np.float32)
     s = time_call(lambda: core.gae(r, v, 0.5, 0.99, 1.0), repeat=repeat, min_time=min_time)
     rows.append(Row(f"gae T={T}", _us(s), "us", "returns + advantages"))
+    return rows
+
+
+def _torch_learner(net, obs, actions, returns, adv, state0):
+    """A PyTorch-A3C-style learner rollout for ``net``'s twin, or None without torch."""
+    try:
+        from a3c_core.nn import torch_twin
+        torch = torch_twin.import_torch()
+    except ImportError:
+        return None
+    import copy
+
+    torch.set_num_threads(1)
+    model = torch_twin.torch_model(net)
+    shared = copy.deepcopy(model)
+    opt = torch.optim.Adam(shared.parameters(), lr=1e-4)
+    x = torch.from_numpy(np.ascontiguousarray(obs, np.float32))
+    ts0 = torch_twin.torch_state(state0, model)
+    pairs = list(zip(model.parameters(), shared.parameters()))
+
+    def rollout():
+        st = ts0
+        with torch.inference_mode():
+            for t in range(x.shape[0]):
+                logits, _, st = model(x[t:t + 1], st)
+                torch.softmax(logits, 1)
+        torch_twin.torch_loss_and_grad(model, obs, actions, returns, adv, state0)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 40.0)
+        for p, sp in pairs:
+            sp.grad = p.grad
+        opt.step()
+        with torch.no_grad():
+            for p, sp in pairs:
+                p.copy_(sp)
+
+    return rollout
+
+
+def bench_learner(net, T, repeat, min_time) -> list[Row]:
+    """``learner us/agent step`` rows: backward-only (ours), recompute (ours,
+    the old path) and PyTorch-style recompute (when torch is installed), the
+    paths timed interleaved (one sample of each in turn) so machine load
+    hits them alike.  Each = one rollout's ``T`` steps + update, / ``T``."""
+    from a3c_core import core
+
+    rng = np.random.default_rng(1)
+    obs, actions, returns, adv = _rollout(net, T, rng)
+    state0 = net.initial_state()
+    shared = net.params.copy()
+    opt = core.Adam(net.n_params, lr=1e-4)
+
+    def apply():
+        core.clip_grad_norm(net.grads, 40.0)
+        opt.apply(shared, net.grads, 0)
+        core.sync_params(shared, net.params)
+
+    def backward_only():
+        net.begin_rollout(T)
+        s = state0
+        for t in range(T):
+            _, _, s = net.step(obs[t], s, record=True)
+        net.rollout_grad(actions, returns, adv, value_coef=0.5, entropy_beta=0.01)
+        apply()
+
+    def recompute():
+        s = state0
+        for t in range(T):
+            _, _, s = net.step(obs[t], s)
+        net.loss_and_grad(obs, actions, returns, adv, state0, value_coef=0.5, entropy_beta=0.01)
+        apply()
+
+    paths = {"backward-only": backward_only, "recompute": recompute}
+    torch_fn = _torch_learner(net, obs, actions, returns, adv, state0)
+    if torch_fn is not None:
+        paths["torch"] = torch_fn
+    samples = {k: [] for k in paths}
+    for fn in paths.values():
+        time_call(fn, repeat=1, min_time=min_time / 4, warmup=2)
+    for _ in range(repeat):
+        for k, fn in paths.items():
+            samples[k] += time_call(fn, repeat=1, min_time=min_time, warmup=0)
+    per = {k: [s * 1e6 / T for s in v] for k, v in samples.items()}
+    med = {k: statistics.median(v) for k, v in per.items()}
+    # the per-sample ratio of interleaved neighbours is steadier than the ratio of medians
+    ratio = statistics.median(b / a for a, b in zip(per["backward-only"], per["recompute"]))
+    note = (f"T={T}: T x step(record) + rollout_grad + clip + Adam + sync, / T; "
+            f"recompute path {med['recompute']:.0f} us ({ratio:.2f}x)")
+    if "torch" in med:
+        tr = statistics.median(b / a for a, b in zip(per["backward-only"], per["torch"]))
+        note += f"; torch recompute-style {med['torch']:.0f} us ({tr:.2f}x)"
+    rows = [Row("learner us/agent step", per["backward-only"], "us", note,
+                {"recompute_over_backward_only": ratio}),
+            Row("learner us/agent step (recompute)", per["recompute"], "us",
+                "T x step + loss_and_grad + clip + Adam + sync, / T (the path before "
+                "backward-only updates)")]
+    if "torch" in per:
+        rows.append(Row("learner us/agent step (torch)", per["torch"], "us",
+                        "PyTorch-A3C style: T inference_mode steps + forward/backward recompute "
+                        "+ clip_grad_norm_ + Adam on a shared model + copy back, / T, 1 thread"))
     return rows
 
 
