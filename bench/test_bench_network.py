@@ -167,6 +167,40 @@ def test_loss_and_grad(benchmark, net, rollout):
                        warmup_rounds=3)
 
 
+def _record(net, rollout):
+    obs, state = rollout[0], rollout[4]
+    net.begin_rollout(obs.shape[0])
+    for t in range(obs.shape[0]):
+        _, _, state = net.step(obs[t], state, record=True)
+
+
+@pytest.mark.benchmark(group="loss_and_grad")
+def test_rollout_grad(benchmark, net, rollout):
+    """The backward-only update over T recorded steps (compare loss_and_grad)."""
+    _record(net, rollout)
+    args = rollout[1:4]
+    for _ in range(3):
+        net.rollout_grad(*args)
+    benchmark.pedantic(net.rollout_grad, args=args, rounds=60, iterations=1, warmup_rounds=3)
+
+
+@pytest.mark.benchmark(group="step")
+def test_step_record(benchmark, net, rollout):
+    """A recorded step (step + its rollout row); restarts the recording when full."""
+    obs = rollout[0][0]
+    state = net.initial_state()
+
+    def rec():
+        if net.recorded_steps == T_MAX:
+            net.begin_rollout(T_MAX)
+        net.step(obs, state, record=True)
+
+    net.begin_rollout(T_MAX)
+    for _ in range(20):
+        rec()
+    benchmark.pedantic(rec, rounds=2000, iterations=1, warmup_rounds=50)
+
+
 @pytest.fixture(scope="module")
 def atari():
     """atari-lstm, (1, 42, 42), 6 actions: the generic per-layer step path."""
