@@ -51,6 +51,19 @@ Execution:
   activation, the LSTM recurrence and BPTT, heads + A3C loss in Numba).
   Activations stay in per-layer workspace rows indexed by t; the workspace
   is preallocated per network and grown when a longer rollout arrives.
+* backward-only update (what a worker runs): ``begin_rollout(t_cap)``, then
+  ``step(obs, state, record=True)`` per env step stores that step's
+  activations as row t of the same workspace (obs, conv outputs, fc
+  output, LSTM gates and cells; the fused path records inside
+  ``kernels.doom_step_rec``), and ``rollout_grad(actions, returns,
+  advantages)`` runs the heads + loss and the backward only.  Within a
+  rollout the params are fixed, so the recorded rows are the loss's
+  forward: on the same rows the result is bit-for-bit ``loss_and_grad``'s
+  (same backward code, ``record_rollout`` fills the rows by the batched
+  forward for that test); batch-1 steps round differently from the BLAS
+  forward (~1e-16 relative in float64, ~1e-7 in float32), and the recorded
+  rows are the activations the policy acted on.  A plain ``step`` (the
+  bootstrap) records nothing.
 
 Threads: a Network's scratch is not shared-safe.  Use ONE Network object per
 thread; :meth:`Network.fork` gives another thread its own scratch over the
