@@ -103,11 +103,9 @@ def test_param_shard_adds_scaled_deltas_and_rejects_bad_ones():
 def test_ray_flags_fit_the_train_parser():
     """The flags join `a3c train`'s parser without clashing with the config flags."""
     from a3c_core.cli import build_parser
-    from a3c_core.distributed.cli import add_ray_arguments, misplaced_ray_flags, ray_options_from_args
+    from a3c_core.distributed.cli import misplaced_ray_flags, ray_options_from_args
 
-    p = build_parser()
-    train = p._subparsers._group_actions[0].choices["train"]
-    add_ray_arguments(train)
+    p = build_parser()  # `a3c train` carries the Ray flags
     args = p.parse_args(["train", "--ray", "auto", "--nodes", "3", "--workers", "4", "--sync-every", "50"])
     assert (args.ray, args.nodes, args.workers, args.sync_every) == ("auto", 3, 4, 50)
     opts = ray_options_from_args(args)

@@ -41,7 +41,6 @@ import numpy as np
 from a3c_core.checkpoint import CheckpointError
 from a3c_core.distributed.options import RayOptions
 from a3c_core.distributed.sync import shard_bounds
-from a3c_core.train.logger import MetricsLogger
 from a3c_core.train.trainer import Trainer, TrainingError
 
 __all__ = ["RayOptions", "RayTrainer", "ShardLost", "NodeLost", "train_ray"]
@@ -249,99 +248,52 @@ class RayTrainer(Trainer):
                "advantage_normalizer": getattr(self, "adv_normalizer", None)}
         return {k: v for k, v in out.items() if v is not None}
 
-    # -- the run --------------------------------------------------------------
-    def _run(self):
-        cfg = self.cfg
-        status, sig = "done", None
-        path = None
-        try:
-            self.logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard,
-                                        resume_at=getattr(self, "_resume_counters", None))
-            self.t_start = time.perf_counter()
-            for s in self.slots:
-                s.pending_start = s.handle.start.remote(s.core_offset, int(self.shared.steps))
-            self._monitor(None)
-        except KeyboardInterrupt as e:
-            status, sig = "interrupted", getattr(e, "name", "SIGINT")
-            self.stop_event.set()
-            if not cfg.quiet:
-                print(f"\n{sig}: stopping the nodes and writing a checkpoint...", file=self.out, flush=True)
-        finally:
-            self.stop_event.set()
-            if self.t_start is not None:
-                self._stop_nodes()
-                path, save_error = self._final_checkpoints()
-                if save_error:
-                    self.errors.append(("checkpoint", save_error))
-        if self.errors:
-            status = "failed"
-        result = self._result(status, sig, path)
-        result.ray = self.ray_summary()
-        self._write_summary(result)
-        if self.errors:
-            who, text = self.errors[0]
-            first = text.strip().splitlines()[-1] if text.strip() else ""
-            if who == "shard":
-                raise ShardLost(f"{first}; the run stopped. Last checkpoint: {path or 'none written'}; "
-                                f"continue it with --resume {self.run_dir}", self.errors)
-            if who == "node-lost":
-                raise NodeLost(f"{first}; last checkpoint: {path or 'none written'}", self.errors)
-            what = f"{who} failed" if who.startswith("node") else f"{who}: {first}"
-            raise TrainingError(f"{what}; last checkpoint: {path or 'none written'}", self.errors)
-        return result
+    # -- the run: the Trainer's template, with nodes instead of threads ---------
+    def _start_workers(self):
+        self.t_start = time.perf_counter()
+        self._last_sync = self._sync_totals()
+        for s in self.slots:
+            s.pending_start = s.handle.start.remote(s.core_offset, int(self.shared.steps))
+        return None
 
-    def _monitor(self, threads):
-        cfg = self.cfg
-        now = time.perf_counter()
-        last_ckpt = last_log = last_line = now
-        first_ckpt_done = False
-        last_steps = int(self.shared.steps)
-        last_sync = self._sync_totals()
-        prev = self._loss_totals()
-        tty = hasattr(self.out, "isatty") and self.out.isatty()
-        line_every = cfg.log_interval if tty else max(10.0, cfg.log_interval)
-        while not self.stop_event.is_set():
-            self.stop_event.wait(min(self.opts.poll_s, cfg.log_interval))
-            self._poll()
-            now = time.perf_counter()
-            steps = int(self.shared.steps)
-            short, _, n_eps = self.rewards.averages()
-            if cfg.total_steps and steps >= cfg.total_steps:
-                self.stop_reason = "total_steps"
-                self.stop_event.set()
-            if cfg.total_seconds and self.elapsed() >= cfg.total_seconds:
-                self.stop_reason = "total_seconds"
-                self.stop_event.set()
-            if (cfg.target_reward is not None and short is not None
-                    and n_eps >= cfg.reward_window and short >= cfg.target_reward):
-                self.stop_reason = "target_reward"
-                self.stop_event.set()
-            skips = max((s.consecutive_skips for s in self.slots), default=0)
-            if cfg.max_skipped_updates and skips >= cfg.max_skipped_updates:
-                self.errors.append(("divergence", (
-                    f"{skips} updates in a row were skipped for non-finite gradients (NaN/inf) on "
-                    "one node; stopping. Lower lr, reward_scale or max_grad_norm")))
-                self.stop_event.set()
-            if now - last_log >= cfg.log_interval:
-                dt = now - last_log
-                sps = (steps - last_steps) / dt
-                tot = self._loss_totals()
-                d = tot - prev
-                prev = tot
-                sync = self._sync_totals()
-                self._log_sync(steps, sync, last_sync, dt)
-                last_sync = sync
-                self._log_scalars(steps, sps, d)
-                self._guarded(self._maybe_save_best)
-                if not cfg.quiet and now - last_line >= line_every:
-                    self._progress(steps, sps, d, tty)
-                    last_line = now
-                last_log, last_steps = now, steps
-            if cfg.checkpoint_interval and (
-                    (not first_ckpt_done and self.shared.updates > 0)
-                    or now - last_ckpt >= cfg.checkpoint_interval):
-                self._guarded(self.save, "latest")
-                first_ckpt_done, last_ckpt = True, now
+    def _workers_running(self, handles) -> bool:
+        return not self.stop_event.is_set()
+
+    def _stop_workers(self, handles):
+        if self.t_start is not None:
+            self._stop_nodes()
+
+    @property
+    def _tick_seconds(self):
+        return self.opts.poll_s
+
+    def _before_tick(self):
+        self._poll()
+
+    def _consecutive_skips(self) -> int:
+        return max((s.consecutive_skips for s in self.slots), default=0)
+
+    def _after_log(self, steps, dt):
+        sync = self._sync_totals()
+        self._log_sync(steps, sync, self._last_sync, dt)
+        self._last_sync = sync
+
+    def _checkpoint(self, fn, *args):
+        self._guarded(fn, *args)
+
+    def _extend_result(self, result):
+        result.ray = self.ray_summary()
+
+    def _failure(self, path):
+        who, text = self.errors[0]
+        first = text.strip().splitlines()[-1] if text.strip() else ""
+        if who == "shard":
+            return ShardLost(f"{first}; the run stopped. Last checkpoint: {path or 'none written'}; "
+                             f"continue it with --resume {self.run_dir}", self.errors)
+        if who == "node-lost":
+            return NodeLost(f"{first}; last checkpoint: {path or 'none written'}", self.errors)
+        what = f"{who} failed" if str(who).startswith("node") else f"{who}: {first}"
+        return TrainingError(f"{what}; last checkpoint: {path or 'none written'}", self.errors)
 
     def _guarded(self, fn, *args):
         """Run a checkpoint write; a dead shard stops the run (ShardLost) instead of raising."""

@@ -465,26 +465,21 @@ class Trainer:
     def _run(self) -> TrainResult:
         cfg = self.cfg
         status, sig = "done", None
-        threads = []
+        handles = None
         path = None
         try:
-            self._warm_up()
             self.logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard,
                                         resume_at=getattr(self, "_resume_counters", None))
-            threads = [threading.Thread(target=self._worker_main, args=(i,), daemon=True,
-                                        name=f"a3c-worker-{i}") for i in range(self.n_workers)]
-            self.t_start = time.perf_counter()
-            for th in threads:
-                th.start()
-            self._monitor(threads)
+            handles = self._start_workers()
+            self._monitor(handles)
         except KeyboardInterrupt as e:  # SIGINT, or SIGTERM via StopSignal
             status, sig = "interrupted", getattr(e, "name", "SIGINT")
             self.stop_event.set()
             if not cfg.quiet:
-                print(f"\n{sig}: stopping workers and writing a checkpoint...", file=self.out, flush=True)
+                print(f"\n{sig}: stopping and writing a checkpoint...", file=self.out, flush=True)
         finally:
             self.stop_event.set()
-            _join_all(threads)
+            self._stop_workers(handles)
             if self.t_start is not None:
                 path, save_error = self._final_checkpoints()
                 if save_error:
@@ -492,14 +487,54 @@ class Trainer:
         if self.errors:
             status = "failed"
         result = self._result(status, sig, path)
+        self._extend_result(result)
         self._write_summary(result)
         if self.errors:
-            wid, _ = self.errors[0]
-            what = f"worker {wid} failed" if isinstance(wid, int) else f"{wid}: {self.errors[0][1]}"
-            raise TrainingError(f"{what}; last checkpoint: {path or 'none written'}", self.errors)
+            raise self._failure(path)
         return result
 
-    def _monitor(self, threads):
+    # -- backend hooks (threads here; a distributed backend overrides them) ---
+    def _start_workers(self):
+        """Start the workers and the clock; returns what ``_workers_running`` takes."""
+        self._warm_up()
+        threads = [threading.Thread(target=self._worker_main, args=(i,), daemon=True,
+                                    name=f"a3c-worker-{i}") for i in range(self.n_workers)]
+        self.t_start = time.perf_counter()
+        for th in threads:
+            th.start()
+        return threads
+
+    def _workers_running(self, threads) -> bool:
+        return any(th.is_alive() for th in threads)
+
+    def _stop_workers(self, threads):
+        _join_all(threads or [])
+
+    #: seconds between monitor ticks
+    _tick_seconds = 0.2
+
+    def _before_tick(self):
+        """Called at every monitor tick before the stop conditions are checked."""
+
+    def _consecutive_skips(self) -> int:
+        return self.store.consecutive_skips
+
+    def _after_log(self, steps, dt):
+        """Called after each scalar log (every ``log_interval``)."""
+
+    def _checkpoint(self, fn, *args):
+        """Run a checkpoint write from the monitor (a backend may trap its errors)."""
+        fn(*args)
+
+    def _extend_result(self, result):
+        """Add backend-specific fields to the result before ``summary.json``."""
+
+    def _failure(self, path) -> TrainingError:
+        who, text = self.errors[0]
+        what = f"worker {who} failed" if isinstance(who, int) else f"{who}: {text}"
+        return TrainingError(f"{what}; last checkpoint: {path or 'none written'}", self.errors)
+
+    def _monitor(self, handles):
         cfg = self.cfg
         now = time.perf_counter()
         last_ckpt = last_log = last_line = now
@@ -508,11 +543,15 @@ class Trainer:
         prev = self._loss_totals()
         tty = hasattr(self.out, "isatty") and self.out.isatty()
         line_every = cfg.log_interval if tty else max(10.0, cfg.log_interval)
-        while any(th.is_alive() for th in threads):
-            self.stop_event.wait(min(0.2, cfg.log_interval))
+        while self._workers_running(handles):
+            self.stop_event.wait(min(self._tick_seconds, cfg.log_interval))
+            self._before_tick()
             now = time.perf_counter()
             steps = int(self.shared.steps)
             short, _, n_eps = self.rewards.averages()
+            if cfg.total_steps and steps >= cfg.total_steps:
+                self.stop_reason = "total_steps"
+                self.stop_event.set()
             if cfg.total_seconds and self.elapsed() >= cfg.total_seconds:
                 self.stop_reason = "total_seconds"
                 self.stop_event.set()
@@ -520,10 +559,12 @@ class Trainer:
                     and n_eps >= cfg.reward_window and short >= cfg.target_reward):
                 self.stop_reason = "target_reward"
                 self.stop_event.set()
-            if cfg.max_skipped_updates and self.store.consecutive_skips >= cfg.max_skipped_updates:
+            skips = self._consecutive_skips()
+            if cfg.max_skipped_updates and skips >= cfg.max_skipped_updates:
                 self.errors.append(("divergence", (
-                    f"{self.store.consecutive_skips} updates in a row were skipped for non-finite "
-                    "gradients (NaN/inf); stopping. Lower lr, reward_scale or max_grad_norm")))
+                    f"{skips} updates in a row were skipped for non-finite gradients (NaN/inf); "
+                    "stopping. Lower lr, reward_scale or max_grad_norm")))
+                self.stop_reason = "diverged"
                 self.stop_event.set()
             if now - last_log >= cfg.log_interval:
                 sps = (steps - last_steps) / (now - last_log)
@@ -531,7 +572,8 @@ class Trainer:
                 d = tot - prev
                 prev = tot
                 self._log_scalars(steps, sps, d)
-                self._maybe_save_best()
+                self._after_log(steps, now - last_log)
+                self._checkpoint(self._maybe_save_best)
                 if not cfg.quiet and now - last_line >= line_every:
                     self._progress(steps, sps, d, tty)
                     last_line = now
@@ -540,7 +582,7 @@ class Trainer:
             if cfg.checkpoint_interval and (
                     (not first_ckpt_done and self.shared.updates > 0)
                     or now - last_ckpt >= cfg.checkpoint_interval):
-                self.save("latest")
+                self._checkpoint(self.save, "latest")
                 first_ckpt_done, last_ckpt = True, now
 
     def _log_scalars(self, steps, sps, d):
