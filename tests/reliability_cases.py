@@ -1035,6 +1035,7 @@ def summarize(results) -> dict:
         "clear errors": sum(r.outcome == "clear error" for r in errors),
         "unclear errors": sum(r.outcome == "unclear error" for r in errors),
         "accepted silently": sum(r.outcome == "accepted silently" for r in ran),
+        "expected successes ended otherwise": sum(r.outcome == "unexpected" for r in ran),
         "tracebacks": sum(r.outcome == "traceback" for r in ran),
         "hangs": sum(r.outcome == "hang" for r in ran),
         "orphan processes": sum(len(r.orphans) for r in ran),
@@ -1048,7 +1049,7 @@ def markdown(results, header="") -> str:
     out = [header] if header else []
     out += ["| measure | count | target |", "|---|---:|---:|"]
     targets = {"tracebacks": 0, "accepted silently": 0, "unclear errors": 0, "orphan processes": 0,
-               "data lost": 0, "hangs": 0}
+               "data lost": 0, "hangs": 0, "expected successes ended otherwise": 0}
     for k, v in s.items():
         t = targets.get(k, "")
         if k == "clear errors":
