@@ -955,19 +955,26 @@ def doom_step_rec(t, obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
                           c1w, c1b, s1, xs1, acc1, offs1, wtab1, y1, c2w, c2b, s2, cols2, y2,
                           fcw, fcb, feat, act, use_lstm, w_ih, w_hh, b_ih, b_hh, gates__tg[t],
                           wp__ah, bp__a, wv__1h, bv__1)
-    obs__tchw[t] = obs__chw
+    # flat element loops: numba's generic slice assignment is several times slower
+    _copy_row(obs__chw.reshape(obs__chw.size), obs__tchw.reshape(obs__tchw.shape[0], -1)[t])
     o1, oh1, ow1 = y1.shape
-    p0 = t * oh1 * ow1
-    for y in range(oh1):
-        for x in range(ow1):
-            r = p0 + y * ow1 + x
-            for o in range(o1):
-                z1__ro[r, o] = y1[o, y, x]
-    flat2__tn[t] = y2.reshape(y2.size)
-    fc__tn[t] = feat
+    n_pix = oh1 * ow1
+    y1f = y1.reshape(o1, n_pix)
+    z1f = z1__ro[t * n_pix:(t + 1) * n_pix]
+    for q in range(n_pix):
+        for o in range(o1):
+            z1f[q, o] = y1f[o, q]
+    _copy_row(y2.reshape(y2.size), flat2__tn[t])
+    _copy_row(feat, fc__tn[t])
     if use_lstm:
-        hs__th[t] = h__h
-        cs__th[t] = c__h
-        hs__th[t + 1] = h_out__h
-        cs__th[t + 1] = c_out__h
+        _copy_row(h__h, hs__th[t])
+        _copy_row(c__h, cs__th[t])
+        _copy_row(h_out__h, hs__th[t + 1])
+        _copy_row(c_out__h, cs__th[t + 1])
     return value
+
+
+@kernel(inline="always")
+def _copy_row(src__n, dst__n):
+    for i in range(src__n.size):
+        dst__n[i] = src__n[i]
