@@ -196,3 +196,77 @@ def test_forks_record_independently():
                 obs, actions, ret, adv, state)["grads"]
     np.testing.assert_allclose(g1, ref1, rtol=0, atol=1e-12 * np.abs(ref1).max())
     assert not np.allclose(g1, g2)
+
+
+class _WalkEnv:
+    """Vector env for the worker test: obs = noisy position, episodes of 7 steps."""
+    n_actions, obs_shape, episode_over = 3, (4,), True
+
+    def __init__(self):
+        self.rng = np.random.default_rng(0)
+        self.t = 0
+
+    def reset(self):
+        self.t = 0
+        return self.rng.standard_normal(4).astype(np.float32)
+
+    def step(self, a):
+        self.t += 1
+        return (self.rng.standard_normal(4).astype(np.float32), float(a == 1) - 0.3,
+                self.t == 7, False)
+
+
+class _CheckNet:
+    """Proxy of the worker's network: at each ``rollout_grad`` it also runs
+    ``loss_and_grad`` on a fork over the recorded obs and the recorded
+    initial state, and keeps both gradients."""
+
+    def __init__(self, net):
+        self._net, self._twin, self.pairs = net, net.fork(), []
+
+    def __getattr__(self, name):
+        return getattr(self._net, name)
+
+    def rollout_grad(self, actions, returns, adv, **kw):
+        net = self._net
+        lstm_ws = net._ws[len(net.encoder)]
+        state0 = (lstm_ws["hs"][0].copy(), lstm_ws["cs"][0].copy())
+        obs = net.recorded_obs.copy()
+        stats = net.rollout_grad(actions, returns, adv, **kw)
+        self._twin.loss_and_grad(obs, actions, returns, adv, state0, **kw)
+        self.pairs.append((net.grads.copy(), self._twin.grads.copy(), obs.shape[0],
+                           state0[0].copy()))
+        return stats
+
+
+def test_worker_updates_with_the_recorded_rollout():
+    """A real Worker (mlp-lstm, float64, episodes spanning several rollouts):
+    each update's gradient is loss_and_grad's on the rollout it recorded."""
+    from a3c_core.obs import ObsPipeline
+    from a3c_core.train.worker import RolloutSettings, Store, Worker
+
+    class NullStore(Store):
+        steps = 0
+
+        def pull(self, local):
+            pass
+
+        def apply(self, grads, max_grad_norm, offset=0):
+            return 1.0, True
+
+        def add_steps(self, n):
+            return n
+
+        def record_episode(self, wid, ret, length):
+            pass
+
+    net = _CheckNet(build_network("mlp-lstm", (4,), 3, hidden=(8,), lstm_size=6,
+                                  dtype=np.float64, seed=1))
+    w = Worker(0, _WalkEnv(), net, ObsPipeline({"kind": "vector"}, (4,)), NullStore(),
+               RolloutSettings(t_max=3, reward_scale=1.0), np.random.default_rng(0))
+    for _ in range(5):
+        w.rollout()
+    assert [p[2] for p in net.pairs] == [3, 3, 1, 3, 3]     # 7-step episodes, t_max 3
+    assert np.abs(net.pairs[1][3]).max() > 0               # a carried (non-zero) state
+    for got, ref, _, _ in net.pairs:
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12 * np.abs(ref).max())
