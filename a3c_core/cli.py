@@ -48,7 +48,7 @@ def cmd_train(args):
     try:
         return _cmd_train(args)
     except KeyboardInterrupt:  # Ctrl-C before the run started (e.g. while kernels load)
-        print("\na3c train: interrupted before training started; nothing written", file=sys.stderr)
+        print("\na3c train: interrupted before training started", file=sys.stderr)
         return 130
 
 
@@ -82,6 +82,14 @@ def _cmd_train(args):
     except (ConfigError, CheckpointError, ValueError, ImportError, OSError) as e:
         print(f"a3c train: error: {e}", file=sys.stderr)
         return 2
+    try:
+        return _run_trainer(trainer, cfg, TrainingError)
+    except KeyboardInterrupt:  # before the run installed its signal handling
+        trainer.close()
+        raise
+
+
+def _run_trainer(trainer, cfg, TrainingError):
     if trainer.resume_note:
         print(trainer.resume_note, flush=True)
     print(f"run directory: {trainer.run_dir}  ({trainer.n_workers} workers, {trainer.spec_name}, "
@@ -89,9 +97,6 @@ def _cmd_train(args):
     try:
         res = trainer.run()
     except TrainingError as e:
-        for wid, tb in e.worker_tracebacks:
-            if isinstance(wid, int):
-                print(f"\n--- worker {wid} failed ---\n{tb}", file=sys.stderr)
         print(f"a3c train: error: {e}", file=sys.stderr)
         return 1
     print(final_line(res), flush=True)
@@ -203,6 +208,15 @@ def build_parser():
 
 
 def main(argv=None):
+    """The ``a3c`` command; a Ctrl-C anywhere outside a run exits 130 without a traceback."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("\na3c: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     # gradcheck and bench own their flags
     if argv and argv[0] in ("gradcheck", "bench"):
@@ -213,7 +227,8 @@ def main(argv=None):
         return cmd_train(args)
     if args.command == "eval":
         if args.episodes < 1:
-            p.error("--episodes must be >= 1")
+            print(f"a3c eval: error: --episodes must be >= 1, got {args.episodes}", file=sys.stderr)
+            return 2
         return cmd_eval(args)
     if args.command == "plot":
         return cmd_plot(args)

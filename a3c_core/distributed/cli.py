@@ -27,7 +27,8 @@ def add_ray_arguments(parser):
         "asynchronously with S parameter-server shards.")
     g.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="train on Ray: no ADDRESS (or 'local') starts a local Ray; 'auto' joins the "
-                        "cluster this machine belongs to (after `ray start`); or host:port")
+                        "cluster this machine belongs to (after `ray start`); or host:port "
+                        "(default: off, single-process training)")
     g.add_argument("--nodes", type=int, default=None, metavar="N",
                    help=f"node actors, spread over the cluster's machines (default: {d.nodes})")
     g.add_argument("--shards", type=int, default=None, metavar="S",

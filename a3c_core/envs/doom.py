@@ -183,6 +183,9 @@ def _write_launcher(work_dir, engine):
         f.write(
             "#!/bin/sh\n"
             "# a3c_core: run ViZDoom from its private runtime dir (_vizdoom/ goes here)\n"
+            "# a terminal's Ctrl-C must not reach the engine before the guard's setsid:\n"
+            "# SIGINT stays ignored across exec (the engine is stopped by close/SIGKILL)\n"
+            "trap '' INT\n"
             f"cd {shlex.quote(work_dir)} || exit 1\n"
             f'exec {guard}{shlex.quote(engine)} "$@"\n'
         )

@@ -252,6 +252,10 @@ class Trainer:
     def _setup(self, ckpt, SharedState, make_optimizer, ReturnNormalizer, AdvantageNormalizer):
         cfg = self.cfg
         env = self._envs[0]
+        if ckpt is not None and ckpt.env_spec.get("id", env.env_id) != env.env_id:
+            raise CheckpointError(
+                f"checkpoint {ckpt.path} was trained on env {ckpt.env_spec.get('id')!r}, not "
+                f"{env.env_id!r}; resume with --env {ckpt.env_spec.get('id')} or start a new run")
         self.spec_name = network_spec_for(cfg, env)
         self.pipeline_spec = dict(env.preprocess_spec)
         if self.pipeline_spec.get("kind") == "image" and cfg.frame_size is not None:
@@ -276,11 +280,6 @@ class Trainer:
         self.wall_offset = 0.0
         if ckpt is not None:
             check_layout(ckpt, net)
-            if ckpt.env_spec.get("id", cfg.env) != self.env_spec.get("id"):
-                raise CheckpointError(
-                    f"checkpoint {ckpt.path} was trained on {ckpt.env_spec.get('id')!r}, "
-                    f"not {self.env_spec.get('id')!r}"
-                )
             self._restore(ckpt)
 
     def _opt_kwargs(self):
@@ -530,9 +529,23 @@ class Trainer:
         """Add backend-specific fields to the result before ``summary.json``."""
 
     def _failure(self, path) -> TrainingError:
+        """The run's error: one line naming what failed and why; worker tracebacks
+        go to ``RUN_DIR/errors.log`` (the line says so)."""
         who, text = self.errors[0]
-        what = f"worker {who} failed" if isinstance(who, int) else f"{who}: {text}"
+        last = text.strip().splitlines()[-1] if text.strip() else "unknown error"
+        if isinstance(who, int):
+            log = self._write_error_log()
+            what = f"worker {who} failed: {last} (traceback in {log})"
+        else:
+            what = f"{who}: {last}"
         return TrainingError(f"{what}; last checkpoint: {path or 'none written'}", self.errors)
+
+    def _write_error_log(self):
+        path = os.path.join(self.run_dir, "errors.log")
+        with open(path, "a") as fh:
+            for who, text in self.errors:
+                fh.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S%z')} {who} ---\n{text.rstrip()}\n")
+        return path
 
     def _monitor(self, handles):
         cfg = self.cfg
