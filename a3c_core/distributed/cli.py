@@ -35,9 +35,9 @@ def add_ray_arguments(parser):
                    help=f"parameter-server shards: contiguous slices of the parameter vector "
                         f"(default: {d.shards})")
     g.add_argument("--sync-every", type=int, default=None, metavar="K",
-                   help=f"a node syncs after K local updates (0 = by time only; default: {d.sync_every})")
+                   help=f"a node syncs after K local updates (0 = by time only) (default: {d.sync_every})")
     g.add_argument("--sync-ms", type=float, default=None, metavar="X",
-                   help=f"a node syncs every X milliseconds (0 = by updates only; default: {d.sync_ms:g})")
+                   help=f"a node syncs every X milliseconds (0 = by updates only) (default: {d.sync_ms:g})")
     g.add_argument("--opt-state", choices=("local", "global"), default=None,
                    help="optimizer statistics per node (local) or averaged at the parameter "
                         f"server (global; 3x the sync bytes with Adam) (default: {d.opt_state})")
