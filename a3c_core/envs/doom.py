@@ -1,6 +1,6 @@
 """Native ViZDoom adapter: :class:`DoomEnv` drives ``vizdoom.DoomGame`` directly.
 
-The standard workload (README, 'the standard workload'): GRAY8 frames at 160x120 (obs ``(120, 160)``
+The standard workload (README.md, Quick start): GRAY8 frames at 160x120 (obs ``(120, 160)``
 uint8), window hidden, sound off, synchronous PLAYER mode, one one-hot action
 per available button, ``make_action(onehot, frame_skip=4)``, raw rewards.
 
