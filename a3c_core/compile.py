@@ -63,6 +63,12 @@ def warm_up(specs=None, dtypes=(np.float32,)):
             returns = rng.standard_normal(T).astype(dtype)
             adv = rng.standard_normal(T).astype(dtype)
             net.loss_and_grad(obs, actions, returns, adv, net.initial_state())
+            # the worker's path: recorded steps + backward-only update (nn owner)
+            net.begin_rollout(T)
+            s = net.initial_state()
+            for t in range(T):
+                _, _, s = net.step(obs[t], s, record=True)
+            net.rollout_grad(actions, returns, adv)
             clip_grad_norm(net.grads, 40.0)
 
 

@@ -447,6 +447,12 @@ class Trainer:
             sample_categorical(probs, 0.5)
             zeros = np.zeros(2, np.float32)
             net.loss_and_grad(obs, np.zeros(2, np.int64), zeros, zeros, net.initial_state())
+            # the worker's path: recorded steps + backward-only update (nn owner)
+            net.begin_rollout(2)
+            s = net.initial_state()
+            for t in range(2):
+                _, _, s = net.step(obs[t], s, record=True)
+            net.rollout_grad(np.zeros(2, np.int64), zeros, zeros)
         finally:
             notice.cancel()
 
