@@ -978,3 +978,34 @@ def doom_step_rec(t, obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
 def _copy_row(src__n, dst__n):
     for i in range(src__n.size):
         dst__n[i] = src__n[i]
+
+
+# ---------------------------------------------------------------------------
+# recording one batch-1 step into rollout rows (the generic, per-layer step)
+
+
+@kernel
+def record_chw_rows(y__ohw, z__ro, t):
+    """CHW step output ``y`` ``(O, OH, OW)`` -> NHWC rows ``z[t*P:(t+1)*P]`` ``(P, O)``."""
+    o1, oh, ow = y__ohw.shape
+    n_pix = oh * ow
+    yf = y__ohw.reshape(o1, n_pix)
+    for q in range(n_pix):
+        r = t * n_pix + q
+        for o in range(o1):
+            z__ro[r, o] = yf[o, q]
+
+
+@kernel
+def record_row(x, rows__tn, t):
+    """``rows[t] = x.ravel()`` (x contiguous, ``rows`` 2-D)."""
+    _copy_row(x.reshape(x.size), rows__tn[t])
+
+
+@kernel
+def record_state(h__h, c__h, h_out__h, c_out__h, hs__th, cs__th, t):
+    """LSTM rows: ``hs[t], cs[t] = h, c``; ``hs[t+1], cs[t+1] = h_out, c_out``."""
+    _copy_row(h__h, hs__th[t])
+    _copy_row(c__h, cs__th[t])
+    _copy_row(h_out__h, hs__th[t + 1])
+    _copy_row(c_out__h, cs__th[t + 1])

@@ -164,11 +164,9 @@ class Conv2d:
         """Store one batch-1 step output ``y`` (CHW ``(O, OH, OW)``, or its
         flatten for the last conv) as row ``t`` of :meth:`out_rows`."""
         if self.flatten_out:
-            ws["flat"][t] = y
+            K.record_row(y, ws["flat"], t)
         else:
-            p0 = t * self.n_pix
-            ws["z"][p0:p0 + self.n_pix].reshape(*self.out_hw, self.out_ch)[...] = \
-                y.transpose(1, 2, 0)
+            K.record_chw_rows(y, ws["z"], t)
 
     def backward(self, ws, p, g, x, dy, t_len, dx):
         """dy shaped like the output; writes dW, db and (``dx`` not None) dx NHWC."""
@@ -264,7 +262,7 @@ class Dense:
 
     def record(self, ws, t, y):
         """Store one batch-1 step output ``y`` ``(n_out,)`` as row ``t``."""
-        ws["y"][t] = y
+        K.record_row(y, ws["y"], t)
 
     def backward(self, ws, p, g, x, dy, t_len, dx):
         dz = ws["dy"][:t_len]                    # may be dy itself: elementwise in place

@@ -397,7 +397,7 @@ class Network:
         if not K.all_finite(obs):
             raise _bad_obs()
         ws = self._ws
-        self._obs_rows[t] = obs
+        K.record_row(obs, self._obs_rows.reshape(self._ws_t, -1), t)
         x = obs
         for (kern, args, out), layer, lws in zip(self._step_chain, self.encoder, ws):
             kern(x, *args)
@@ -407,10 +407,7 @@ class Network:
             cws = ws[len(self.encoder)]
             value = K.core_heads_step(x, *self._core_static, h, c, cws["gates"][t], h_out, c_out,
                                       *self._heads_static, probs)
-            cws["hs"][t] = h
-            cws["cs"][t] = c
-            cws["hs"][t + 1] = h_out
-            cws["cs"][t + 1] = c_out
+            K.record_state(h, c, h_out, c_out, cws["hs"], cws["cs"], t)
         else:
             value = K.core_heads_step(x, *self._core_static, h, c, self._gates1, h_out, c_out,
                                       *self._heads_static, probs)
