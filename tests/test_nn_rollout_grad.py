@@ -270,3 +270,64 @@ def test_worker_updates_with_the_recorded_rollout():
     assert np.abs(net.pairs[1][3]).max() > 0               # a carried (non-zero) state
     for got, ref, _, _ in net.pairs:
         np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12 * np.abs(ref).max())
+
+
+def test_record_kernels_match_numpy_twins():
+    from a3c_core.nn import kernels as K
+    rng = np.random.default_rng(3)
+    y = rng.standard_normal((5, 3, 4))
+    z = np.zeros((4 * 12, 5))
+    K.record_chw_rows(y, z, 2)
+    ref = np.zeros_like(z)
+    ref[24:36] = y.reshape(5, 12).T                 # numpy twin: CHW -> NHWC rows
+    np.testing.assert_array_equal(z, ref)
+    rows = np.zeros((3, 60))
+    K.record_row(y, rows, 1)
+    np.testing.assert_array_equal(rows[1], y.ravel())
+    assert not rows[[0, 2]].any()
+    h, c, ho, co = rng.standard_normal((4, 6))
+    hs, cs = np.zeros((5, 6)), np.zeros((5, 6))
+    K.record_state(h, c, ho, co, hs, cs, 2)
+    np.testing.assert_array_equal(hs[2:4], [h, ho])
+    np.testing.assert_array_equal(cs[2:4], [c, co])
+    assert not hs[[0, 1, 4]].any() and not cs[[0, 1, 4]].any()
+
+
+@pytest.mark.parametrize("spec", ["doom-lstm", "doom-ff"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_doom_step_rec_matches_doom_step_plus_numpy_copies(spec, dtype):
+    """The recording fused step = ``doom_step`` (bitwise) + its scratch
+    copied into the rows by numpy."""
+    from a3c_core.nn import kernels as K
+    net = build_network(spec, (1, 30, 26), 3, dtype=dtype, seed=2)
+    assert net.fused_step
+    obs, _, _, _, state = _rollout(net, 2)
+    st = net._step_static
+    y1, y2, feat, gates1 = st[7], st[12], st[15], st[22]
+    h, c = state if state is not None else (np.zeros(1, dtype), np.zeros(1, dtype))
+    out = [np.empty_like(h), np.empty_like(c), np.empty(3, dtype)]
+    v_ref = K.doom_step(obs[1], h, c, *out, *st)
+    ref = [a.copy() for a in out] + [y1.copy(), y2.copy(), feat.copy(), gates1.copy()]
+    net.begin_rollout(4)
+    rec = net._rec_static
+    got = [np.empty_like(h), np.empty_like(c), np.empty(3, dtype)]
+    v = K.doom_step_rec(1, obs[1], h, c, *got, *st, *rec)
+    assert v == v_ref
+    for a, b in zip(got if net.recurrent else got[2:], ref[:3] if net.recurrent else ref[2:3]):
+        np.testing.assert_array_equal(a, b)             # probs (and h', c')
+    obs_rows, z1, flat2, fcy, gates, hs, cs = rec
+    c1 = net.encoder[0]
+    np.testing.assert_array_equal(obs_rows[1], obs[1])
+    np.testing.assert_array_equal(z1[c1.n_pix:2 * c1.n_pix],
+                                  ref[3].reshape(c1.out_ch, c1.n_pix).T)
+    np.testing.assert_array_equal(flat2[1], ref[4].ravel())
+    np.testing.assert_array_equal(fcy[1], ref[5])
+    if net.recurrent:
+        np.testing.assert_array_equal(gates[1], ref[6])   # activated gates
+        np.testing.assert_array_equal(hs[1], h)
+        np.testing.assert_array_equal(hs[2], ref[0])
+        np.testing.assert_array_equal(cs[2], ref[1])
+        # the activated gates give the new cell: c' = f*c + i*g
+        hd = net.lstm_size
+        i_, f_, g_ = ref[6][:hd], ref[6][hd:2 * hd], ref[6][2 * hd:3 * hd]
+        np.testing.assert_allclose(f_ * c + i_ * g_, ref[1], rtol=1e-5)
