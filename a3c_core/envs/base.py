@@ -19,6 +19,9 @@ stepped from different threads at the same time.
 """
 from __future__ import annotations
 
+import contextlib
+import signal
+
 IMAGE_PREPROCESS = {"kind": "image", "out_shape": [84, 84], "crop": None}
 VECTOR_PREPROCESS = {"kind": "vector"}
 NETWORK_FOR_KIND = {"image": "doom-lstm", "vector": "mlp-lstm"}
@@ -136,3 +139,24 @@ def check_frame_skip(frame_skip, default):
     if isinstance(frame_skip, bool) or int(frame_skip) != frame_skip or frame_skip < 1:
         raise ValueError(f"frame_skip must be an int >= 1, got {frame_skip!r}")
     return int(frame_skip)
+
+
+@contextlib.contextmanager
+def sigint_blocked():
+    """Block SIGINT in the calling thread while it starts a child process.
+
+    A terminal's Ctrl-C goes to the whole foreground process group, and a
+    freshly forked engine or env child is still in it until it calls
+    ``setsid``; a SIGINT in that window killed the ViZDoom engine mid-launch
+    (and ViZDoom then crashed the trainer).  A blocked signal stays blocked
+    across fork and exec, so the child never sees it; this thread gets a
+    pending SIGINT delivered when the block ends.
+    """
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - not POSIX
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)

@@ -36,7 +36,7 @@ import weakref
 
 import numpy as np
 
-from .base import IMAGE_PREPROCESS, NETWORK_FOR_KIND, Env, check_frame_skip
+from .base import IMAGE_PREPROCESS, NETWORK_FOR_KIND, Env, check_frame_skip, sigint_blocked
 
 #: Serializes ``DoomGame.init()``/``close()`` across threads (not thread-safe).
 INIT_LOCK = threading.Lock()
@@ -281,7 +281,7 @@ class DoomEnv(Env):
             )
         self._finalizer = weakref.finalize(self, _release, None, self._work_dir, runtime_dir)
         try:
-            with INIT_LOCK:
+            with INIT_LOCK, sigint_blocked():
                 game.init()
         except Exception as exc:
             self._finalizer()

@@ -48,7 +48,7 @@ import weakref
 
 import numpy as np
 
-from .base import Env
+from .base import Env, sigint_blocked
 
 _REQ = struct.Struct("<Bxxxi")
 _REP = struct.Struct("<BBHId")
@@ -142,11 +142,12 @@ class ProcEnv(Env):
         sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         life_r, life_w = os.pipe()  # non-inheritable: only this process holds life_w
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-c", _CHILD_CODE, str(child_sock.fileno()), str(life_r)],
-                pass_fds=(child_sock.fileno(), life_r), start_new_session=True,
-                stdin=subprocess.DEVNULL, env=_child_env(), close_fds=True,
-            )
+            with sigint_blocked():
+                proc = subprocess.Popen(
+                    [sys.executable, "-c", _CHILD_CODE, str(child_sock.fileno()), str(life_r)],
+                    pass_fds=(child_sock.fileno(), life_r), start_new_session=True,
+                    stdin=subprocess.DEVNULL, env=_child_env(), close_fds=True,
+                )
         except BaseException:
             for fd in (life_r, life_w):
                 os.close(fd)
