@@ -197,7 +197,8 @@ def test_ray_sync_rounds_match_numpy_twin(cluster, tmp_path):
 def test_ray_run_learns_cartpole(cluster, tmp_path):
     from a3c_core.distributed.driver import RayOptions, train_ray
 
-    cfg = _cfg(tmp_path, target_reward=475.0, total_seconds=150.0)
+    # configs/cartpole.toml's entropy bonus: the default 0.01 plateaus near 450 on CartPole
+    cfg = _cfg(tmp_path, target_reward=475.0, total_seconds=150.0, entropy_beta=0.001)
     res = train_ray(cfg, RayOptions(nodes=2, shards=2, sync_ms=20, start_timeout=120))
     assert res.status == "done", res
     assert res.moving_avg is not None and res.moving_avg >= 475, res
