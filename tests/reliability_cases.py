@@ -197,6 +197,7 @@ class Result:
     argv: list = field(default_factory=list)
     bug: str = ""
     skipped: str = ""
+    notes: list = field(default_factory=list)
 
     @property
     def expected_outcome(self) -> str:
@@ -507,6 +508,7 @@ def _run_case(case, shared, tmp, res):
 
     if case.check and res.outcome != "hang":
         res.problems += case.check(ctx)
+    res.notes = ctx.notes
     if case.then and res.outcome not in ("hang", "traceback"):
         then_argv = ctx.fmt(case.then.argv)
         nxt = Proc(then_argv, tmp, token)
@@ -1056,7 +1058,7 @@ def markdown(results, header="") -> str:
         if r.skipped:
             out.append(f"| {r.name} | {r.group} | {r.expected_outcome} | skipped | | | | | {r.skipped} |")
             continue
-        note = r.error_line if r.outcome == "clear error" else "; ".join(r.problems)
+        note = r.error_line if r.outcome == "clear error" else "; ".join(r.notes + r.problems)
         if r.outcome == "traceback":
             last = [ln for ln in r.output.splitlines() if ln.strip() and not ln.startswith(" ")]
             note = "; ".join(filter(None, [note, last[-1] if last else ""]))
