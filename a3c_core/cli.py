@@ -106,11 +106,13 @@ def _run_trainer(trainer, cfg, TrainingError):
 def final_line(res) -> str:
     """The one-line result of a run: final and best averages and which file holds which."""
     line = f"{res.status}: {res.steps:,} steps, {res.episodes:,} episodes in {res.seconds:.1f}s; "
+    where = (f"parameters in {res.checkpoint}" if res.checkpoint
+             else "no checkpoint written (stopped before training started)")
     if res.moving_avg is None:
-        line += f"no episode finished; parameters in {res.checkpoint}"
+        line += f"no episode finished; {where}"
     else:
         line += (f"final raw reward avg{res.avg_window} {res.moving_avg:.2f}, "
-                 f"avg{res.long_window} {res.long_avg:.2f} (parameters in {res.checkpoint})")
+                 f"avg{res.long_window} {res.long_avg:.2f} ({where})")
     if res.best_checkpoint and res.best_avg is not None:
         line += (f"; best long-window avg {res.best_avg:.2f} at step {res.best_step:,} "
                  f"({res.best_checkpoint})")

@@ -219,6 +219,7 @@ class Trainer:
             raise
 
         os.makedirs(os.path.join(self.run_dir, "checkpoints"), exist_ok=True)
+        _remove_partial_checkpoints(os.path.join(self.run_dir, "checkpoints"))
         with open(os.path.join(self.run_dir, "config.toml"), "w") as fh:
             fh.write(cfg.to_toml())
 
@@ -481,7 +482,8 @@ class Trainer:
             status, sig = "interrupted", getattr(e, "name", "SIGINT")
             self.stop_event.set()
             if not cfg.quiet:
-                print(f"\n{sig}: stopping and writing a checkpoint...", file=self.out, flush=True)
+                what = "writing a checkpoint" if self.t_start is not None else "nothing trained yet"
+                print(f"\n{sig}: stopping ({what})...", file=self.out, flush=True)
         finally:
             self.stop_event.set()
             self._stop_workers(handles)
@@ -704,6 +706,17 @@ class Trainer:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def _remove_partial_checkpoints(ck_dir):
+    """Delete the temporary files of checkpoint writes that a kill interrupted
+    (``.tmp-<name>.npz-*``; the checkpoint they were replacing is intact)."""
+    for name in os.listdir(ck_dir):
+        if name.startswith(".tmp-") and ".npz-" in name:
+            try:
+                os.unlink(os.path.join(ck_dir, name))
+            except OSError:
+                pass
 
 
 def _join_all(threads):
