@@ -30,7 +30,7 @@ class ObsPipeline:
     and dtype.
     """
 
-    def __init__(self, preprocess_spec: dict, raw_shape, raw_dtype="uint8"):
+    def __init__(self, preprocess_spec: dict, raw_shape):
         self.spec = dict(preprocess_spec)
         self.raw_shape = tuple(int(s) for s in raw_shape)
         self.kind = self.spec.get("kind")

@@ -15,7 +15,6 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
-OPTIMIZERS = ("rmsprop", "adam", "sgd")
 
 
 def _network_specs():
@@ -224,6 +223,8 @@ class Config:
             bad("gamma", "must be in [0, 1]")
         if not 0.0 <= self.gae_lambda <= 1.0:
             bad("gae_lambda", "must be in [0, 1]")
+        from a3c_core.core.optim import OPTIMIZERS
+
         if self.optimizer not in OPTIMIZERS:
             bad("optimizer", f"unknown optimizer; choose one of {', '.join(OPTIMIZERS)}")
         if not 0.0 <= self.rmsprop_alpha < 1.0:
