@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from a3c_core.core import gae
 from a3c_core.core.normalize import running_returns
 from a3c_core.sampling import sample_categorical
 
@@ -218,7 +219,7 @@ class Worker:
         s, net, env, pipe = self.s, self.net, self.env, self.pipe
         obs_buf, actions, raw, values = self.obs_buf, self.actions, self.raw_rewards, self.values
         self.store.pull(net.params)
-        state0 = state = self.state
+        state = self.state
         u = self.rng.random(s.t_max)
         term = trunc = False
         n = s.t_max
@@ -244,7 +245,7 @@ class Worker:
             boot = 0.0
         else:  # cut by t_max, or by a time limit that is bootstrapped (not recorded)
             _, boot, _ = net.step(obs_buf[n], state)
-        applied = self._update(n, float(boot), state0)
+        applied = self._update(n, float(boot))
         self.store.add_steps(n)
         if term or trunc:
             self._end_of_life()
@@ -265,15 +266,14 @@ class Worker:
         scale = self.store.reward_scale(rets)
         np.clip(r * scale, -s.norm_clip, s.norm_clip, out=self.rewards[:n], casting="unsafe")
 
-    def _update(self, n, boot, state0):
-        from a3c_core.core import gae
-
+    def _update(self, n, boot):
         s, st = self.s, self.stats
         ret, adv = gae(self.rewards[:n], self.values[:n], boot, s.gamma, s.gae_lambda)
         if s.normalize_advantages:
             adv = adv * np.float32(self.store.advantage_scale(adv))
         # backward only over the rows the rollout's steps recorded; the same
-        # gradient as loss_and_grad(obs_buf[:n], actions[:n], ret, adv, state0)
+        # gradient as loss_and_grad(obs_buf[:n], actions[:n], ret, adv, <rollout's first
+        # LSTM state>), up to summation order (tests/test_nn_rollout_grad.py)
         loss = self.net.rollout_grad(self.actions[:n], ret, adv,
                                      value_coef=s.value_coef, entropy_beta=s.entropy_beta)
         norm, applied = self.store.apply(self.net.grads, s.max_grad_norm, self.offset)
