@@ -18,7 +18,8 @@ dwarf the timer) and reports the median, min and max.  Rows:
 * ``learner us/agent step``: what one worker's learner costs per agent step,
   ``(T x step + update) / T`` with ``update`` = the backward-only
   ``rollout_grad`` over the rows the T ``step(record=True)`` calls recorded +
-  clip + Adam apply + sync (:func:`bench_learner`; sampling, the env and the
+  the trainer's update tail (norm pass, then Adam with the clip folded in and
+  the worker's params written in the same sweep) (:func:`bench_learner`; sampling, the env and the
   bootstrap step, ~1 step / T more, are not in it).  Timed interleaved with
   ``learner us/agent step (recompute)`` (plain steps + ``loss_and_grad``, the
   path before backward-only updates) and, when torch is installed,
@@ -26,6 +27,10 @@ dwarf the timer) and reports the median, min and max.  Rows:
   (T ``inference_mode`` steps, forward+backward recompute, ``clip_grad_norm_``,
   ``torch.optim.Adam`` on a shared model, copy back), one thread each.
 * ``rmsprop/adam apply``, ``clip_grad_norm``, ``gae``: flat-buffer kernels, us.
+* ``update tail (3 passes)`` / ``(fused)``: an update's fixed cost after the
+  backward, paid once per update whatever its length: clip + Adam apply +
+  sync as three calls, against the trainer's norm pass + fused apply/sync
+  (:func:`bench_update_tail`, interleaved), us.
 * ``preprocess``: uint8 gray 120x160 -> float32 84x84 (area resize), us.
 * ``env step``: one ``env.step(a)`` of the env (ViZDoom: frame skip 4; the
   episode resets are not timed), us.  Skipped when the env cannot be made.
@@ -273,6 +278,7 @@ def bench_network(net, T, repeat, min_time, peak, fl) -> list[Row]:
                       ("adam apply", core.Adam(n, lr=1e-4))):
         s = time_call(lambda: opt.apply(params, grads, 0), repeat=repeat, min_time=min_time)
         rows.append(Row(name, _us(s), "us", f"{n:,} float32 params, in place"))
+    rows.extend(bench_update_tail(n, grads, repeat, min_time))
     g2 = grads.copy()
     s = time_call(lambda: core.clip_grad_norm(g2, 1e9), repeat=repeat, min_time=min_time)
     rows.append(Row("clip_grad_norm", _us(s), "us", f"{n:,} params (no rescale)"))
@@ -281,6 +287,40 @@ def bench_network(net, T, repeat, min_time, peak, fl) -> list[Row]:
     s = time_call(lambda: core.gae(r, v, 0.5, 0.99, 1.0), repeat=repeat, min_time=min_time)
     rows.append(Row(f"gae T={T}", _us(s), "us", "returns + advantages"))
     return rows
+
+
+def bench_update_tail(n, grads, repeat, min_time) -> list[Row]:
+    """An update's fixed cost after the backward, per update (independent of
+    T): the old three passes (clip, Adam apply, sync) against the trainer's
+    path (norm pass, Adam with the clip folded in and the worker's params
+    written in the same sweep), timed interleaved."""
+    from a3c_core import core
+
+    local = np.zeros(n, np.float32)
+    shared_old = core.SharedState(np.zeros(n, np.float32), core.Adam(n, lr=1e-4))
+    shared_new = core.SharedState(np.zeros(n, np.float32), core.Adam(n, lr=1e-4))
+    g = grads.copy()
+
+    def old():
+        core.clip_grad_norm(g, 1e9)
+        shared_old.optimizer.apply(shared_old.params, g, 0)
+        core.sync_params(shared_old.params, local)
+
+    def new():
+        shared_new.apply(g, 1e9, sync_to=local)
+
+    a, b = [], []
+    for fn in (old, new):
+        time_call(fn, repeat=1, min_time=min_time / 4, warmup=2)
+    for _ in range(repeat):
+        a += time_call(old, repeat=1, min_time=min_time, warmup=0)
+        b += time_call(new, repeat=1, min_time=min_time, warmup=0)
+    ratio = statistics.median(x / y for x, y in zip(a, b))
+    return [Row("update tail (3 passes)", _us(a), "us",
+                f"clip_grad_norm + Adam apply + sync_params, {n:,} params"),
+            Row("update tail (fused)", _us(b), "us",
+                f"norm pass + Adam apply writing the local copy (SharedState.apply(sync_to=)); "
+                f"{ratio:.2f}x faster than 3 passes, interleaved", {"speedup": ratio})]
 
 
 def _torch_learner(net, obs, actions, returns, adv, state0):
@@ -330,8 +370,9 @@ def bench_learner(net, T, repeat, min_time) -> list[Row]:
     state0 = net.initial_state()
     shared = net.params.copy()
     opt = core.Adam(net.n_params, lr=1e-4)
+    fused = core.SharedState(net.params, core.Adam(net.n_params, lr=1e-4))
 
-    def apply():
+    def apply():      # the path before: clip pass(es), apply pass, sync pass
         core.clip_grad_norm(net.grads, 40.0)
         opt.apply(shared, net.grads, 0)
         core.sync_params(shared, net.params)
@@ -342,7 +383,9 @@ def bench_learner(net, T, repeat, min_time) -> list[Row]:
         for t in range(T):
             _, _, s = net.step(obs[t], s, record=True)
         net.rollout_grad(actions, returns, adv, value_coef=0.5, entropy_beta=0.01)
-        apply()
+        # the trainer's update: norm pass, then apply with the clip folded in
+        # and the worker's params refreshed in the same sweep
+        fused.apply(net.grads, 40.0, sync_to=net.params)
 
     def recompute():
         s = state0
@@ -365,7 +408,7 @@ def bench_learner(net, T, repeat, min_time) -> list[Row]:
     med = {k: statistics.median(v) for k, v in per.items()}
     # the per-sample ratio of interleaved neighbours is steadier than the ratio of medians
     ratio = statistics.median(b / a for a, b in zip(per["backward-only"], per["recompute"]))
-    note = (f"T={T}: T x step(record) + rollout_grad + clip + Adam + sync, / T; "
+    note = (f"T={T}: T x step(record) + rollout_grad + norm + Adam with clip and sync fused, / T; "
             f"recompute path {med['recompute']:.0f} us ({ratio:.2f}x)")
     if "torch" in med:
         tr = statistics.median(b / a for a, b in zip(per["backward-only"], per["torch"]))

@@ -61,7 +61,19 @@ cdef extern from *:
        setup.py compiles with -fno-math-errno so sqrtf vectorizes. */
     A3C_CLONES static void a3c_rmsprop(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
                                       float *A3C_RESTRICT ms, Py_ssize_t n, float lr,
-                                      float alpha, float one_m_alpha, float eps, float gs) {
+                                      float alpha, float one_m_alpha, float eps, float gs,
+                                      float *A3C_RESTRICT out) {
+        if (out) {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                float d = g[i] * gs;
+                float s = alpha * ms[i] + one_m_alpha * (d * d);
+                float pi = p[i] - (lr * d) / sqrtf(s + eps);
+                ms[i] = s;
+                p[i] = pi;
+                out[i] = pi;
+            }
+            return;
+        }
         for (Py_ssize_t i = 0; i < n; i++) {
             float d = g[i] * gs;
             float s = alpha * ms[i] + one_m_alpha * (d * d);
@@ -75,7 +87,21 @@ cdef extern from *:
     A3C_CLONES static void a3c_adam(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
                                    float *A3C_RESTRICT m, float *A3C_RESTRICT v, Py_ssize_t n,
                                    float lr, float b1, float one_m_b1, float b2, float one_m_b2,
-                                   float bc1, float bc2, float eps, float gs) {
+                                   float bc1, float bc2, float eps, float gs,
+                                   float *A3C_RESTRICT out) {
+        if (out) {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                float d = g[i] * gs;
+                float mi = b1 * m[i] + one_m_b1 * d;
+                float vi = b2 * v[i] + one_m_b2 * (d * d);
+                float pi = p[i] - (lr * (mi * bc1)) / (sqrtf(vi * bc2) + eps);
+                m[i] = mi;
+                v[i] = vi;
+                p[i] = pi;
+                out[i] = pi;
+            }
+            return;
+        }
         for (Py_ssize_t i = 0; i < n; i++) {
             float d = g[i] * gs;
             float mi = b1 * m[i] + one_m_b1 * d;
@@ -87,18 +113,28 @@ cdef extern from *:
     }
 
     A3C_CLONES static void a3c_sgd(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
-                                  Py_ssize_t n, float lr, float gs) {
+                                  Py_ssize_t n, float lr, float gs, float *A3C_RESTRICT out) {
+        if (out) {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                float pi = p[i] - lr * (g[i] * gs);
+                p[i] = pi;
+                out[i] = pi;
+            }
+            return;
+        }
         for (Py_ssize_t i = 0; i < n; i++) p[i] = p[i] - lr * (g[i] * gs);
     }
     """
     double a3c_sumsq(const float *g, Py_ssize_t n) noexcept nogil
     void a3c_scale(float *g, Py_ssize_t n, float s) noexcept nogil
     void a3c_rmsprop(float *p, const float *g, float *ms, Py_ssize_t n, float lr,
-                     float alpha, float one_m_alpha, float eps, float gs) noexcept nogil
+                     float alpha, float one_m_alpha, float eps, float gs,
+                     float *out) noexcept nogil
     void a3c_adam(float *p, const float *g, float *m, float *v, Py_ssize_t n,
                   float lr, float b1, float one_m_b1, float b2, float one_m_b2,
-                  float bc1, float bc2, float eps, float gs) noexcept nogil
-    void a3c_sgd(float *p, const float *g, Py_ssize_t n, float lr, float gs) noexcept nogil
+                  float bc1, float bc2, float eps, float gs, float *out) noexcept nogil
+    void a3c_sgd(float *p, const float *g, Py_ssize_t n, float lr, float gs,
+                 float *out) noexcept nogil
 
 
 # ---------------------------------------------------------------- validation
@@ -113,6 +149,17 @@ cdef inline int _check_disjoint(object a, str name_a, object b, str name_b) exce
     return 0
 
 
+
+
+cdef float* _out_ptr(object out, Py_ssize_t n, list others, list names) except? NULL:
+    """NULL for ``out=None``; else the validated pointer of a writeable 1-D
+    float32 array of ``n`` elements that shares no memory with ``others``."""
+    if out is None:
+        return NULL
+    _check_f32(out, "out", True, n)
+    for a, name in zip(others, names):
+        _check_disjoint(out, "out", a, name)
+    return _fptr(out)
 
 
 # ---------------------------------------------------------------- kernels
@@ -153,11 +200,13 @@ def scale_f32(grads, double scale):
 
 
 def rmsprop_apply(params, grads, square_avg, double lr, double alpha, double eps,
-                  double grad_scale=1.0):
+                  double grad_scale=1.0, out=None):
     """Non-centred RMSProp step in place (A3C shared RMSProp).
 
     d = grad_scale*g; square_avg <- alpha*square_avg + (1-alpha)*d*d;
     params <- params - lr*d/sqrt(square_avg + eps).  All float32, same length.
+    ``out`` (optional, same length): also receives each new ``params[i]`` in
+    the same sweep (a worker's local copy: apply and sync in one pass).
     """
     cdef Py_ssize_t n = _check_f32(params, "params", True)
     _check_f32(grads, "grads", False, n)
@@ -170,16 +219,19 @@ def rmsprop_apply(params, grads, square_avg, double lr, double alpha, double eps
     cdef float* pm = _fptr(square_avg)
     cdef float flr = <float>lr, fa = <float>alpha, f1a = <float>(1.0 - alpha)
     cdef float feps = <float>eps, fgs = <float>grad_scale
+    cdef float* po = _out_ptr(out, n, [params, grads, square_avg],
+                              ["params", "grads", "square_avg"])
     with nogil:
-        a3c_rmsprop(pp, pg, pm, n, flr, fa, f1a, feps, fgs)
+        a3c_rmsprop(pp, pg, pm, n, flr, fa, f1a, feps, fgs, po)
 
 
 def adam_apply(params, grads, exp_avg, exp_avg_sq, double lr, double beta1,
-               double beta2, double eps, long long step, double grad_scale=1.0):
+               double beta2, double eps, long long step, double grad_scale=1.0, out=None):
     """Adam step in place with bias correction for the given (shared) step >= 1.
 
     d = grad_scale*g; m <- b1*m + (1-b1)*d; v <- b2*v + (1-b2)*d*d;
     params <- params - lr*(m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps).
+    ``out`` (optional): also receives the new params in the same sweep.
     """
     cdef Py_ssize_t n = _check_f32(params, "params", True)
     _check_f32(grads, "grads", False, n)
@@ -193,6 +245,8 @@ def adam_apply(params, grads, exp_avg, exp_avg_sq, double lr, double beta1,
     _check_disjoint(exp_avg, "exp_avg", exp_avg_sq, "exp_avg_sq")
     if step < 1:
         raise ValueError(f"step must be >= 1, got {step}")
+    cdef float* po = _out_ptr(out, n, [params, grads, exp_avg, exp_avg_sq],
+                              ["params", "grads", "exp_avg", "exp_avg_sq"])
     cdef float bc1 = <float>(1.0 / (1.0 - beta1 ** step))
     cdef float bc2 = <float>(1.0 / (1.0 - beta2 ** step))
     cdef float* pp = _fptr(params)
@@ -203,16 +257,18 @@ def adam_apply(params, grads, exp_avg, exp_avg_sq, double lr, double beta1,
     cdef float fb2 = <float>beta2, f1b2 = <float>(1.0 - beta2)
     cdef float feps = <float>eps, fgs = <float>grad_scale
     with nogil:
-        a3c_adam(pp, pg, pm, pv, n, flr, fb1, f1b1, fb2, f1b2, bc1, bc2, feps, fgs)
+        a3c_adam(pp, pg, pm, pv, n, flr, fb1, f1b1, fb2, f1b2, bc1, bc2, feps, fgs, po)
 
 
-def sgd_apply(params, grads, double lr, double grad_scale=1.0):
-    """params <- params - lr*(grad_scale*grads) in place (float32)."""
+def sgd_apply(params, grads, double lr, double grad_scale=1.0, out=None):
+    """params <- params - lr*(grad_scale*grads) in place (float32); ``out``
+    (optional) also receives the new params in the same sweep."""
     cdef Py_ssize_t n = _check_f32(params, "params", True)
     _check_f32(grads, "grads", False, n)
     _check_disjoint(params, "params", grads, "grads")
     cdef float* pp = _fptr(params)
     cdef const float* pg = _fptr(grads)
     cdef float flr = <float>lr, fgs = <float>grad_scale
+    cdef float* po = _out_ptr(out, n, [params, grads], ["params", "grads"])
     with nogil:
-        a3c_sgd(pp, pg, n, flr, fgs)
+        a3c_sgd(pp, pg, n, flr, fgs, po)

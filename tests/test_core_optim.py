@@ -338,3 +338,65 @@ def test_offset_apply_still_rejects_bad_input_before_writing():
         opt.apply(p, np.ones(n, np.float64), offset=50)
     np.testing.assert_array_equal(p, np.ones(n, np.float32))
     assert opt.step == 0
+
+
+@pytest.mark.parametrize("name", ["sgd", "rmsprop", "adam"])
+@pytest.mark.parametrize("n,offset", [(1, 0), (7, 3), (1000, 0), (4099, 1500)])
+def test_apply_with_out_equals_apply_then_sync(name, n, offset):
+    """apply(..., out=local) is the fused apply + sync: bit for bit the same
+    params and statistics as apply() alone, and ``local`` equals the params."""
+    rng = np.random.default_rng(n + offset)
+    p0 = rng.standard_normal(n).astype(np.float32)
+    a, b = make_optimizer(name, n), make_optimizer(name, n)
+    pa, pb = p0.copy(), p0.copy()
+    local = np.full(n, np.nan, np.float32)
+    for k in range(3):
+        g = rng.standard_normal(n).astype(np.float32)
+        a.apply(pa, g, grad_scale=0.7, offset=offset)
+        b.apply(pb, g, grad_scale=0.7, offset=offset, out=local)
+        np.testing.assert_array_equal(pb, pa)
+        np.testing.assert_array_equal(local, pa)
+    for k, v in a.state_dict().items():
+        if isinstance(v, np.ndarray):
+            np.testing.assert_array_equal(v, b.state_dict()[k])
+
+
+@pytest.mark.parametrize("name", ["sgd", "rmsprop", "adam"])
+def test_apply_out_is_validated_before_anything_is_written(name):
+    n = 64
+    opt = make_optimizer(name, n)
+    p = np.ones(n, np.float32)
+    g = np.ones(n, np.float32)
+    before = {k: v.copy() for k, v in opt.state_dict().items() if isinstance(v, np.ndarray)}
+    for bad, exc, msg in [(np.zeros(n + 1, np.float32), ValueError, "out has length"),
+                          (np.zeros(n, np.float64), TypeError, "out must have dtype float32"),
+                          (p, ValueError, "out and params must not share memory"),
+                          (g, ValueError, "out and grads must not share memory")]:
+        with pytest.raises(exc, match=msg):
+            opt.apply(p, g, out=bad)
+    np.testing.assert_array_equal(p, np.ones(n, np.float32))
+    for k, v in opt.state_dict().items():
+        if isinstance(v, np.ndarray):
+            np.testing.assert_array_equal(v, before[k])
+    if name == "adam":
+        assert opt.step == 0
+
+
+def test_shared_state_apply_sync_to():
+    """SharedState.apply(sync_to=local) refreshes local with the new shared
+    params when applied, and leaves it alone when the update is skipped."""
+    rng = np.random.default_rng(5)
+    n = 513
+    s = SharedState(rng.standard_normal(n).astype(np.float32), make_optimizer("adam", n))
+    local = np.zeros(n, np.float32)
+    g = rng.standard_normal(n).astype(np.float32) * 100
+    norm, applied = s.apply(g, max_grad_norm=1.0, sync_to=local, offset=200)
+    assert applied and norm > 1.0
+    np.testing.assert_array_equal(local, s.params)
+    bad = g.copy()
+    bad[7] = np.nan
+    keep = local.copy()
+    s.params[:] += 1.0        # the shared params move on, local must not follow a skip
+    _, applied = s.apply(bad, max_grad_norm=1.0, sync_to=local)
+    assert not applied
+    np.testing.assert_array_equal(local, keep)

@@ -214,3 +214,52 @@ def test_worker_run_stops_at_total_steps_and_on_event():
     before = store.steps
     w.run(stop, total_steps=0)
     assert store.steps == before
+
+
+class _PullingThreadStore(ThreadStore):
+    """ThreadStore without the fused apply + sync (the worker pulls every rollout)."""
+
+    syncs_on_apply = False
+
+
+def _thread_worker(store_cls, seed=0):
+    env = ScriptedEnv([0.5, -1.0, 2.0, 0.0, 1.0, 3.0, -2.0])
+    net = build_network("mlp-lstm", (2,), 2, hidden=(16,), lstm_size=8, seed=seed)
+    pipe = ObsPipeline({"kind": "vector"}, env.obs_shape)
+    shared = SharedState(net.params.copy(), make_optimizer("adam", net.n_params, lr=1e-2))
+    store = store_cls(shared, ReturnNormalizer(0.9))
+    s = RolloutSettings(t_max=3, gamma=0.9, max_grad_norm=0.5)
+    return Worker(0, env, net, pipe, store, s, np.random.default_rng(seed)), net, shared, store
+
+
+def test_fused_apply_sync_matches_pull_every_rollout():
+    """The worker skips its pull after an update that refreshed its params in
+    the apply sweep; with one worker that is bit for bit the old pull path."""
+    wa, neta, sa, storea = _thread_worker(ThreadStore)
+    wb, netb, sb, storeb = _thread_worker(_PullingThreadStore)
+    pulls = []
+    orig = storea.pull
+    storea.pull = lambda local: (pulls.append(1), orig(local))
+    for _ in range(12):
+        ra, rb = wa.rollout(), wb.rollout()
+        assert ra == rb
+        np.testing.assert_array_equal(sa.params, sb.params)
+        np.testing.assert_array_equal(neta.params, sa.params)
+    assert sa.updates == 12
+    assert len(pulls) == 1          # only the first rollout pulled
+
+
+def test_skipped_update_makes_the_next_rollout_pull():
+    w, net, shared, store = _thread_worker(ThreadStore)
+    w.rollout()
+    pulls = []
+    orig = store.pull
+    store.pull = lambda local: (pulls.append(1), orig(local))
+    real_apply = shared.apply
+    shared.apply = lambda *a, **k: (float("nan"), False)    # a non-finite update
+    w.rollout()
+    shared.apply = real_apply
+    shared.params[:] += 1.0
+    w.rollout()                       # must pull: the skip did not refresh net.params
+    assert len(pulls) == 1
+    assert not w._fresh or np.array_equal(net.params, shared.params)

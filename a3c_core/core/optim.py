@@ -44,6 +44,12 @@ factor N, so early steps are over-corrected (too large).
 inside the loop; ``SharedState.apply`` uses it to fold the norm clip into the
 update without a second pass over the gradient.
 
+``out`` (also accepted by every ``apply``): a worker's local float32 copy of
+the params, written in the same sweep with each element's new value, so that
+apply and the next sync cost one pass over the arrays instead of two (the
+copy is what a ``sync_params`` right after the apply would read, except for
+elements another worker changes later in the sweep).
+
 ``offset`` (also accepted by every ``apply``) starts the sweep at that element
 and wraps around: the result is the same, element by element.  The trainer
 gives worker ``i`` of ``N`` the offset ``i * n / N`` so that two applies that
@@ -86,6 +92,14 @@ def _check_float(name, value, lo=None, hi=None, lo_open=False, hi_open=False):
     return v
 
 
+def _opt(out):
+    return () if out is None else (out,)
+
+
+def _sl(out, sl):
+    return None if out is None else out[sl]
+
+
 class Optimizer:
     """Base class: hyper-parameters as floats, statistics as flat float32 arrays.
 
@@ -103,7 +117,8 @@ class Optimizer:
         for a in self._arrays:
             setattr(self, a, np.zeros(self.n_params, np.float32))
 
-    def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0):  # pragma: no cover
+    def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0,
+              out=None):  # pragma: no cover
         raise NotImplementedError
 
     def _spans(self, offset, *arrays):
@@ -176,9 +191,9 @@ class SGD(Optimizer):
         super().__init__(n_params)
         self.lr = _check_float("lr", lr, lo=0.0)
 
-    def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0):
-        for sl in self._spans(offset, params, grads):
-            _hogwild.sgd_apply(params[sl], grads[sl], self.lr, grad_scale)
+    def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0, out=None):
+        for sl in self._spans(offset, params, grads, *_opt(out)):
+            _hogwild.sgd_apply(params[sl], grads[sl], self.lr, grad_scale, _sl(out, sl))
 
 
 class RMSProp(Optimizer):
@@ -210,11 +225,11 @@ class RMSProp(Optimizer):
             return self.lr * max(0.0, 1.0 - global_step / self.anneal_steps)
         return self.lr
 
-    def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0):
+    def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0, out=None):
         lr, ms = self.lr_at(global_step), self.square_avg
-        for sl in self._spans(offset, params, grads):
+        for sl in self._spans(offset, params, grads, *_opt(out)):
             _hogwild.rmsprop_apply(params[sl], grads[sl], ms[sl], lr, self.alpha, self.eps,
-                                   grad_scale)
+                                   grad_scale, _sl(out, sl))
 
 
 class Adam(Optimizer):
@@ -245,7 +260,7 @@ class Adam(Optimizer):
         self.step = 0
         self._lock = threading.Lock()
 
-    def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0):
+    def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0, out=None):
         with self._lock:
             self.step += 1
             t = self.step
@@ -253,9 +268,10 @@ class Adam(Optimizer):
         try:
             # a bad argument is rejected by the first call, before anything is
             # written: the spans only split arrays already checked 1-D of n_params
-            for sl in self._spans(offset, params, grads):
+            for sl in self._spans(offset, params, grads, *_opt(out)):
                 _hogwild.adam_apply(params[sl], grads[sl], m[sl], v[sl], self.lr,
-                                    self.beta1, self.beta2, self.eps, t, grad_scale)
+                                    self.beta1, self.beta2, self.eps, t, grad_scale,
+                                    _sl(out, sl))
         except (TypeError, ValueError):
             with self._lock:       # rejected before anything was written
                 self.step -= 1

@@ -115,7 +115,7 @@ class SharedState:
         """Copy the shared params into a worker's local float32 buffer (nogil)."""
         _hogwild.copy_f32(self.params, local_params)
 
-    def apply(self, grads, max_grad_norm=None, global_step=None, offset=0):
+    def apply(self, grads, max_grad_norm=None, global_step=None, offset=0, sync_to=None):
         """Clip by global norm and apply the optimizer to the shared params.
 
         Returns ``(norm, applied)``.  Non-finite gradients are not applied
@@ -125,6 +125,9 @@ class SharedState:
         ``global_step`` (for learning-rate annealing) defaults to ``steps``.
         ``offset``: start the sweep there and wrap (same result; see
         :mod:`a3c_core.core.optim`: staggered workers contend less).
+        ``sync_to``: a worker's local params, refreshed with the new shared
+        values in the same sweep (apply + :meth:`sync_to` in one pass); left
+        untouched when the update is skipped.
         """
         norm, finite, scale = _norm_and_scale(grads, max_grad_norm)
         if not finite:
@@ -132,7 +135,7 @@ class SharedState:
             return norm, False
         self.optimizer.apply(self.params, grads,
                              self.steps if global_step is None else global_step,
-                             grad_scale=scale, offset=offset)
+                             grad_scale=scale, offset=offset, out=sync_to)
         self.add_updates(1)
         return norm, True
 

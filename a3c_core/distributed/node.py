@@ -77,9 +77,10 @@ class NodeStore(ThreadStore):
             out, self.episodes = self.episodes, []
         return out
 
-    def apply(self, grads, max_grad_norm, offset=0):
+    def apply(self, grads, max_grad_norm, offset=0, local=None):
         step = self.global_base + (self.shared.steps - self.local_base)
-        norm, applied = self.shared.apply(grads, max_grad_norm, global_step=step, offset=offset)
+        norm, applied = self.shared.apply(grads, max_grad_norm, global_step=step, offset=offset,
+                                          sync_to=local)
         with self._lock:
             self.consecutive_skips = 0 if applied else self.consecutive_skips + 1
         return norm, applied

@@ -6,7 +6,10 @@ other workers goes through a :class:`Store` with five operations:
 
 * ``pull(local_params)`` - copy the global parameters into the local ones;
 * ``apply(grads, max_grad_norm, offset) -> (norm, applied)`` - clip and apply
-  a gradient to the global parameters and optimizer statistics;
+  a gradient to the global parameters and optimizer statistics; a store whose
+  ``syncs_on_apply`` is True also takes ``local=`` (the worker's params) and
+  refreshes it with the new global values in the same pass, and the worker
+  then skips the next ``pull`` (one sweep over the arrays instead of two);
 * ``add_steps(n) -> total`` - count agent steps; ``steps`` reads the total;
 * ``record_episode(wid, raw_return, length)`` - report a finished episode;
 * ``reward_scale(returns) -> scale`` - merge the rollout's discounted returns
@@ -21,7 +24,8 @@ node) provides its own, and the rollout code stays the same.
 
 One rollout (:meth:`Worker.rollout`):
 
-1. pull the global parameters (the rollout acts with fixed local params);
+1. pull the global parameters (the rollout acts with fixed local params),
+   unless the previous update already refreshed them (``syncs_on_apply``);
 2. play up to ``t_max`` steps: ``net.step`` -> sample -> ``env.step``;
 3. bootstrap from ``V(s_n)`` when the rollout was cut by ``t_max``, or by a
    time limit and ``bootstrap_truncated`` is set; 0 after a terminal state;
@@ -90,6 +94,8 @@ class Store:
     """The shared-state seam a :class:`Worker` talks to (see the module docstring)."""
 
     steps: int
+    #: apply(..., local=params) also refreshes the worker's params (see above)
+    syncs_on_apply = False
 
     def pull(self, local_params) -> None:
         raise NotImplementedError
@@ -119,6 +125,8 @@ class ThreadStore(Store):
     non-finite updates in a row (reset by an applied one).
     """
 
+    syncs_on_apply = True
+
     def __init__(self, shared, normalizer=None, on_episode=None, adv_normalizer=None):
         self.shared = shared
         self.normalizer = normalizer
@@ -134,8 +142,8 @@ class ThreadStore(Store):
     def pull(self, local_params):
         self.shared.sync_to(local_params)
 
-    def apply(self, grads, max_grad_norm, offset=0):
-        norm, applied = self.shared.apply(grads, max_grad_norm, offset=offset)
+    def apply(self, grads, max_grad_norm, offset=0, local=None):
+        norm, applied = self.shared.apply(grads, max_grad_norm, offset=offset, sync_to=local)
         with self._lock:
             self.consecutive_skips = 0 if applied else self.consecutive_skips + 1
         return norm, applied
@@ -190,6 +198,8 @@ class Worker:
         self.ep_length = 0
         self._ret_acc = 0.0       # running discounted (clipped) return, for the normalizer
         self._started = False
+        self._fused_sync = bool(getattr(store, "syncs_on_apply", False))
+        self._fresh = False       # net.params already hold the global params (set by apply)
 
     # -- episodes -----------------------------------------------------------
     def start_episode(self):
@@ -218,7 +228,9 @@ class Worker:
             self.start_episode()
         s, net, env, pipe = self.s, self.net, self.env, self.pipe
         obs_buf, actions, raw, values = self.obs_buf, self.actions, self.raw_rewards, self.values
-        self.store.pull(net.params)
+        if not self._fresh:
+            self.store.pull(net.params)
+        self._fresh = False
         state = self.state
         u = self.rng.random(s.t_max)
         term = trunc = False
@@ -276,7 +288,12 @@ class Worker:
         # LSTM state>), up to summation order (tests/test_nn_rollout_grad.py)
         loss = self.net.rollout_grad(self.actions[:n], ret, adv,
                                      value_coef=s.value_coef, entropy_beta=s.entropy_beta)
-        norm, applied = self.store.apply(self.net.grads, s.max_grad_norm, self.offset)
+        if self._fused_sync:
+            norm, applied = self.store.apply(self.net.grads, s.max_grad_norm, self.offset,
+                                             local=self.net.params)
+            self._fresh = applied     # a skipped update left net.params as they were
+        else:
+            norm, applied = self.store.apply(self.net.grads, s.max_grad_norm, self.offset)
         if applied:
             st.policy_loss += loss["policy_loss"] / n
             st.value_loss += loss["value_loss"] / n
