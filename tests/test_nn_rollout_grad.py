@@ -331,3 +331,77 @@ def test_doom_step_rec_matches_doom_step_plus_numpy_copies(spec, dtype):
         hd = net.lstm_size
         i_, f_, g_ = ref[6][:hd], ref[6][hd:2 * hd], ref[6][2 * hd:3 * hd]
         np.testing.assert_allclose(f_ * c + i_ * g_, ref[1], rtol=1e-5)
+
+
+# -- a recorded rollout that crosses episode boundaries ------------------------
+
+SEG_CASES = [("doom-lstm", (2, 30, 26)), ("atari-lstm", (1, 42, 42)), ("mlp-lstm", (7,)),
+             ("mlp", (7,))]
+
+
+def _record_segments(net, obs, state0, cuts):
+    """Record ``obs`` as one rollout whose state is reset to the initial state
+    at each row in ``cuts`` (an episode ended before that row)."""
+    net.begin_rollout(obs.shape[0])
+    s = state0
+    for t in range(obs.shape[0]):
+        if t in cuts:
+            s = net.initial_state()
+        _, _, s = net.step(obs[t], s, record=True)
+
+
+@pytest.mark.parametrize("spec,obs_shape", SEG_CASES)
+@pytest.mark.parametrize("cuts", [(3,), (1, 5), (2, 3, 7)])
+def test_rollout_across_episodes_is_the_sum_of_its_segments(spec, obs_shape, cuts):
+    """One recorded rollout over several episodes has the gradient of the
+    separate per-episode rollouts added up (the loss is a sum over steps and
+    no gradient flows across a reset), in float64."""
+    net = build_network(spec, obs_shape, 3, dtype=np.float64, seed=5)
+    t_len = 9
+    obs, actions, ret, adv, state0 = _rollout(net, t_len, seed=1)
+    kw = {"value_coef": 0.6, "entropy_beta": 0.03}
+    bounds = [0, *cuts, t_len]
+    want = np.zeros_like(net.grads)
+    stats_want = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0}
+    for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+        st, _ = net.loss_and_grad(obs[a:b], actions[a:b], ret[a:b], adv[a:b],
+                                  state0 if k == 0 else net.initial_state(), **kw)
+        want += net.grads
+        for key in stats_want:
+            stats_want[key] += st[key]
+        if k == 0 and net.recurrent:
+            dstate0 = tuple(x.copy() for x in net.last_dstate)
+    _record_segments(net, obs, state0, cuts)
+    stats = net.rollout_grad(actions, ret, adv, **kw)
+    np.testing.assert_allclose(net.grads, want, rtol=1e-10, atol=1e-13)
+    for key in stats_want:
+        assert stats[key] == pytest.approx(stats_want[key], rel=1e-10)
+    if net.recurrent:      # dh0/dc0: the gradient wrt the first segment's input state
+        np.testing.assert_allclose(net.last_dstate[0], dstate0[0], rtol=1e-10, atol=1e-13)
+        np.testing.assert_allclose(net.last_dstate[1], dstate0[1], rtol=1e-10, atol=1e-13)
+    # and it is not the gradient of the same rows without the resets
+    _record_segments(net, obs, state0, ())
+    net.rollout_grad(actions, ret, adv, **kw)
+    if net.recurrent:
+        assert not np.allclose(net.grads, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("spec,obs_shape", [("doom-lstm", (2, 30, 26)), ("mlp-lstm", (7,))])
+def test_reset_rows_keep_the_previous_output(spec, obs_shape):
+    """A reset step's input state goes to hin/cin; the row before it keeps its
+    own output (which the heads read)."""
+    net = build_network(spec, obs_shape, 3, dtype=np.float64, seed=2)
+    obs, *_ = _rollout(net, 5, seed=3)
+    net.begin_rollout(5)
+    s = net.initial_state()
+    outs = []
+    for t in range(5):
+        if t == 2:
+            s = (np.full(net.lstm_size, 0.25), np.full(net.lstm_size, -0.5))   # any new state
+        _, _, s = net.step(obs[t], s, record=True)
+        outs.append(s[0].copy())
+    cws = net._ws[len(net.encoder)]
+    np.testing.assert_array_equal(cws["hs"][1:6], np.array(outs))
+    assert list(cws["reset"][:5]) == [False, False, True, False, False]
+    np.testing.assert_array_equal(cws["hin"][2], np.full(net.lstm_size, 0.25))
+    np.testing.assert_array_equal(cws["cin"][2], np.full(net.lstm_size, -0.5))

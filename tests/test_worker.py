@@ -263,3 +263,79 @@ def test_skipped_update_makes_the_next_rollout_pull():
     w.rollout()                       # must pull: the skip did not refresh net.params
     assert len(pulls) == 1
     assert not w._fresh or np.array_equal(net.params, shared.params)
+
+
+# -- rollouts across episode boundaries (cross_episode) --------------------------
+
+class _ScaleSpyStore(RecordingStore):
+    def __init__(self, n_params):
+        super().__init__(n_params)
+        self.scale_calls = []
+
+    def reward_scale(self, returns):
+        self.scale_calls.append(np.array(returns, np.float64))
+        return 1.0
+
+
+def _cross_worker(env, t_max, *, spec="mlp", gamma=0.5, reward_scale=1.0, boot_trunc=True):
+    kw = {"hidden": (8,)} if spec == "mlp" else {"hidden": (8,), "lstm_size": 4}
+    net = SpyNet(build_network(spec, (2,), 2, seed=0, **kw))
+    pipe = ObsPipeline({"kind": "vector"}, env.obs_shape)
+    store = _ScaleSpyStore(net.n_params)
+    s = RolloutSettings(t_max=t_max, gamma=gamma, gae_lambda=1.0, reward_scale=reward_scale,
+                        bootstrap_truncated=boot_trunc, cross_episode=True)
+    return Worker(0, env, net, pipe, store, s, np.random.default_rng(0)), net, store
+
+
+def test_cross_episode_rollout_runs_on_into_the_next_episode():
+    env = ScriptedEnv([1.0, 2.0, 3.0])
+    w, net, store = _cross_worker(env, t_max=5)
+    n, term, trunc, applied = w.rollout()
+    assert (n, term, trunc, applied) == (5, False, False, True)
+    v = _value_of(net, np.array([1, 2], np.float32))        # bootstrap of the cut segment
+    # episode 0 (terminal, no bootstrap) then episode 1's first two steps
+    want = [2.75, 3.5, 3.0, 1 + 0.5 * (2 + 0.5 * v), 2 + 0.5 * v]
+    np.testing.assert_allclose(net.calls[0]["returns"], want, rtol=1e-5)
+    np.testing.assert_array_equal(net.calls[0]["obs"][:, 0], [0, 0, 0, 1, 1])   # episodes
+    np.testing.assert_array_equal(net.calls[0]["obs"][:, 1], [0, 1, 2, 0, 1])   # step in episode
+    assert store.episodes == [(6.0, 3)] and store.steps == 5
+    w.rollout()           # episode 1 ends at row 0, episode 2 fills rows 1-3, episode 3 starts
+    np.testing.assert_array_equal(net.calls[1]["obs"][:, 1], [2, 0, 1, 2, 0])
+    np.testing.assert_array_equal(net.calls[1]["obs"][:, 0], [1, 2, 2, 2, 3])
+    assert store.episodes == [(6.0, 3)] * 3 and store.steps == 10
+
+
+@pytest.mark.parametrize("boot", [True, False])
+def test_cross_episode_truncation_bootstraps_each_segment(boot):
+    env = ScriptedEnv([1.0, 1.0], truncate=True)
+    w, net, store = _cross_worker(env, t_max=3, boot_trunc=boot)
+    w.rollout()
+    v_end0 = _value_of(net, np.array([0, 2], np.float32)) if boot else 0.0
+    v_cut = _value_of(net, np.array([1, 1], np.float32))     # t_max cut: always bootstrapped
+    np.testing.assert_allclose(net.calls[0]["returns"],
+                               [1 + 0.5 * (1 + 0.5 * v_end0), 1 + 0.5 * v_end0, 1 + 0.5 * v_cut],
+                               rtol=1e-5)
+    assert store.episodes == [(2.0, 2)]
+
+
+def test_cross_episode_resets_the_lstm_state_and_records_the_reset():
+    env = ScriptedEnv([1.0, 2.0])
+    w, net, store = _cross_worker(env, t_max=5, spec="mlp-lstm")
+    w.rollout()
+    assert net._rec_resets == 2                   # episodes start at rows 2 and 4
+    cws = net._ws[len(net.encoder)]
+    assert list(cws["reset"][:5]) == [False, False, True, False, True]
+    np.testing.assert_array_equal(cws["hin"][2], 0.0)
+    assert store.episodes == [(3.0, 2), (3.0, 2)]
+
+
+def test_cross_episode_running_returns_restart_at_each_episode():
+    env = ScriptedEnv([1.0, 2.0, 3.0])
+    w, net, store = _cross_worker(env, t_max=5, reward_scale=None)
+    w.rollout()
+    # gamma 0.5: episode 0 -> 1, 2.5, 4.25; episode 1 restarts -> 1, 2.5 (one merge)
+    assert len(store.scale_calls) == 1
+    np.testing.assert_allclose(store.scale_calls[0], [1, 2.5, 4.25, 1, 2.5])
+    w.rollout()
+    # episode 1 goes on from its carried 2.5: 0.5 * 2.5 + 3; then episode 2: 1, 2.5, 4.25, 1
+    np.testing.assert_allclose(store.scale_calls[1], [4.25, 1, 2.5, 4.25, 1])

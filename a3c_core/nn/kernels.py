@@ -463,6 +463,46 @@ def lstm_seq_backward(dhs__th, dhT__h, dcT__h, w_hh__gh, hs__th, cs__th, gates__
         _gemv_t_add(w_hh__gh, da__tg[t], dh)
 
 
+@kernel
+def lstm_seq_backward_reset(dhs__th, dhT__h, dcT__h, w_hh__gh, hs__th, cs__th, cprev__th,
+                            reset__t, gates__tg, da__tg, dh0__h, dc0__h):
+    """:func:`lstm_seq_backward` over a rollout whose state was reset inside it
+    (it crosses episode boundaries).  ``cprev[t]`` is step t's input cell
+    state (``cs[t]`` except where ``reset[t]``); ``cs[t + 1]`` its output.
+    At a step with ``reset[t]`` the gradient wrt its input state belongs to
+    the reset (a constant), so nothing flows into step ``t - 1``: its
+    carried dh/dc restart at zero.  dh0/dc0 are those of step 0's input
+    (``reset[0]`` must be False).  Without resets (``cprev = cs[:T]``) the
+    arithmetic is :func:`lstm_seq_backward`'s, in the same order.
+    """
+    t_len, g4 = da__tg.shape
+    hd = g4 // 4
+    one = da__tg.dtype.type(1)
+    dh = dh0__h
+    dc = dc0__h
+    dh[:] = dhT__h
+    dc[:] = dcT__h
+    for t in range(t_len - 1, -1, -1):
+        for k in range(hd):
+            dht = dhs__th[t, k] + dh[k]
+            i = gates__tg[t, k]
+            f = gates__tg[t, hd + k]
+            g = gates__tg[t, 2 * hd + k]
+            o = gates__tg[t, 3 * hd + k]
+            tc = _tanh(cs__th[t + 1, k])
+            dct = dc[k] + dht * o * (one - tc * tc)
+            da__tg[t, k] = dct * g * i * (one - i)
+            da__tg[t, hd + k] = dct * cprev__th[t, k] * f * (one - f)
+            da__tg[t, 2 * hd + k] = dct * i * (one - g * g)
+            da__tg[t, 3 * hd + k] = dht * tc * o * (one - o)
+            dc[k] = dct * f
+        dh[:] = 0
+        if reset__t[t]:
+            dc[:] = 0
+        else:
+            _gemv_t_add(w_hh__gh, da__tg[t], dh)
+
+
 # ---------------------------------------------------------------------------
 # heads + A3C loss over a rollout (forward and backward in one pass)
 

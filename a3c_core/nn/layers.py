@@ -326,7 +326,13 @@ class LSTM:
         return {"gx": np.empty((t_cap, g4), dt), "gates": np.empty((t_cap, g4), dt),
                 "da": np.empty((t_cap, g4), dt), "hs": np.empty((t_cap + 1, hd), dt),
                 "cs": np.empty((t_cap + 1, hd), dt), "zero": np.zeros(hd, dt),
-                "dh0": np.zeros(hd, dt), "dc0": np.zeros(hd, dt)}
+                "dh0": np.zeros(hd, dt), "dc0": np.zeros(hd, dt),
+                # a recorded rollout that crosses an episode boundary: the
+                # input state of each reset step (hs/cs keep the outputs),
+                # the reset mask, and the previous-state rows the backward reads
+                "hin": np.zeros((t_cap, hd), dt), "cin": np.zeros((t_cap, hd), dt),
+                "reset": np.zeros(t_cap, np.bool_), "hprev": np.empty((t_cap, hd), dt),
+                "cprev": np.empty((t_cap, hd), dt), "tmp": np.empty((2, hd), dt)}
 
     def forward(self, ws, p, x, t_len, h0, c0):
         """x ``(T, n_in)``, state ``(H,)`` x2 -> hs ``(T, H)`` (rows 1..T of ``ws['hs']``)."""
@@ -340,17 +346,32 @@ class LSTM:
                            hs, cs, ws["gates"][:t_len])
         return hs[1:]
 
-    def backward(self, ws, p, g, x, dhs, t_len, dx):
-        """BPTT; dh0/dc0 land in ``ws['dh0']``/``ws['dc0']``."""
+    def backward(self, ws, p, g, x, dhs, t_len, dx, resets=False):
+        """BPTT; dh0/dc0 land in ``ws['dh0']``/``ws['dc0']``.  ``resets``: the
+        recorded rollout has steps whose input state was reset (``ws['reset']``
+        rows, input states in ``ws['hin']``/``ws['cin']``): no gradient flows
+        across them (see :func:`~a3c_core.nn.kernels.lstm_seq_backward_reset`)."""
         n = self.name
         da = ws["da"][:t_len]
         hs = ws["hs"][:t_len + 1]
-        K.lstm_seq_backward(dhs, ws["zero"], ws["zero"], p[n + ".weight_hh"], hs,
-                            ws["cs"][:t_len + 1], ws["gates"][:t_len], da, ws["dh0"], ws["dc0"])
+        cs = ws["cs"][:t_len + 1]
+        if resets:
+            r = ws["reset"][:t_len]
+            hprev, cprev = ws["hprev"][:t_len], ws["cprev"][:t_len]
+            hprev[...] = hs[:t_len]
+            cprev[...] = cs[:t_len]
+            hprev[r] = ws["hin"][:t_len][r]
+            cprev[r] = ws["cin"][:t_len][r]
+            K.lstm_seq_backward_reset(dhs, ws["zero"], ws["zero"], p[n + ".weight_hh"], hs, cs,
+                                      cprev, r, ws["gates"][:t_len], da, ws["dh0"], ws["dc0"])
+        else:
+            hprev = hs[:t_len]
+            K.lstm_seq_backward(dhs, ws["zero"], ws["zero"], p[n + ".weight_hh"], hs, cs,
+                                ws["gates"][:t_len], da, ws["dh0"], ws["dc0"])
         np.sum(da, axis=0, out=g[n + ".bias_ih"])
         g[n + ".bias_hh"][...] = g[n + ".bias_ih"]
         np.dot(da.T, x.reshape(t_len, self.n_in), out=g[n + ".weight_ih"])
-        np.dot(da.T, hs[:t_len], out=g[n + ".weight_hh"])
+        np.dot(da.T, hprev, out=g[n + ".weight_hh"])
         if dx is None:
             return None
         return np.dot(da, p[n + ".weight_ih"], out=dx.reshape(t_len, self.n_in))

@@ -228,6 +228,8 @@ class Network:
         self._obs_rows = None     # (t_cap, *obs_shape): the recorded observations
         self._rec_static = None   # doom_step_rec's row arrays
         self._rec_t = -1          # recorded rows (-1: no recording in progress)
+        self._rec_resets = 0      # recorded steps that started a new segment (state reset)
+        self._rec_state = None    # the state the last recorded step returned
 
     def fork(self) -> "Network":
         """A new Network over the SAME ``params`` buffer (no copy: an update
@@ -368,7 +370,9 @@ class Network:
             h = c = h_out = c_out = self._dummy_h
             new_state = None
         if record:
-            value = self._step_record(obs, h, c, h_out, c_out, probs)
+            value = self._step_record(obs, h, c, h_out, c_out, probs,
+                                      self.recurrent and state is not self._rec_state)
+            self._rec_state = new_state
         elif self._fused:
             value = K.doom_step(obs, h, c, h_out, c_out, probs, *self._step_static)
             if value != value and not K.all_finite(obs):    # NaN value: bad input?
@@ -384,14 +388,28 @@ class Network:
                                       *self._heads_static, probs)
         return probs, value, new_state
 
-    def _step_record(self, obs, h, c, h_out, c_out, probs):
-        """``step`` body that also writes rollout row ``t``; returns the value."""
+    def _step_record(self, obs, h, c, h_out, c_out, probs, new_state):
+        """``step`` body that also writes rollout row ``t``; returns the value.
+
+        ``new_state``: the input state is not the previous recorded step's
+        output (recurrent nets): from the second row on, this step starts a
+        new segment (an episode boundary inside the rollout).  The kernels
+        write the input state into ``hs[t]``/``cs[t]``, which hold the
+        previous step's output; for such a step the input goes to the
+        ``hin``/``cin`` rows instead and the output rows are put back."""
         t = self._record_slot()
+        reset = new_state and t > 0
+        if reset:
+            cws = self._ws[len(self.encoder)]
+            cws["tmp"][0] = cws["hs"][t]
+            cws["tmp"][1] = cws["cs"][t]
         if self._fused:
             value = K.doom_step_rec(t, obs, h, c, h_out, c_out, probs, *self._step_static,
                                     *self._rec_static)
             if value != value and not K.all_finite(obs):
                 raise _bad_obs()
+            if self.recurrent:
+                self._mark_reset(t, reset)
             self._rec_t = t + 1
             return value
         if not K.all_finite(obs):
@@ -408,11 +426,25 @@ class Network:
             value = K.core_heads_step(x, *self._core_static, h, c, cws["gates"][t], h_out, c_out,
                                       *self._heads_static, probs)
             K.record_state(h, c, h_out, c_out, cws["hs"], cws["cs"], t)
+            self._mark_reset(t, reset)
         else:
             value = K.core_heads_step(x, *self._core_static, h, c, self._gates1, h_out, c_out,
                                       *self._heads_static, probs)
         self._rec_t = t + 1
         return value
+
+    def _mark_reset(self, t, reset):
+        """Row ``t``'s reset flag; for a reset step, move the input state the
+        kernel wrote into ``hs[t]``/``cs[t]`` to ``hin[t]``/``cin[t]`` and put
+        the previous step's output (saved in ``tmp``) back."""
+        cws = self._ws[len(self.encoder)]
+        cws["reset"][t] = reset
+        if reset:
+            cws["hin"][t] = cws["hs"][t]
+            cws["cin"][t] = cws["cs"][t]
+            cws["hs"][t] = cws["tmp"][0]
+            cws["cs"][t] = cws["tmp"][1]
+            self._rec_resets += 1
 
     # ---------------------------------------------------------- rollout path
     def _workspace(self, t_len):
@@ -451,6 +483,8 @@ class Network:
             raise ValueError(f"begin_rollout: t_cap must be >= 1, got {t_cap}")
         self._workspace(t_cap)
         self._rec_t = 0
+        self._rec_resets = 0
+        self._rec_state = None
 
     @property
     def recorded_steps(self) -> int:
@@ -487,6 +521,7 @@ class Network:
         self._forward_encoder_core(x, h0, c0, t_len)
         self._obs_rows[:t_len] = x
         self._rec_t = t_len
+        self._rec_resets = 0
 
     def rollout_grad(self, actions, returns, advantages, *, value_coef=0.5,
                      entropy_beta=0.01) -> dict:
@@ -519,7 +554,7 @@ class Network:
         self._last_t = t_len
         stats = self.heads.forward_loss(ws[-1], p, self._g, top, actions, returns, advantages,
                                         value_coef, entropy_beta, t_len)
-        self._backward(inputs, feat, t_len)
+        self._backward(inputs, feat, t_len, resets=self._rec_resets > 0)
         return stats
 
     def _check_obs(self, obs):
@@ -557,7 +592,7 @@ class Network:
             if self.recurrent else feat
         return inputs, feat, top
 
-    def _backward(self, inputs, feat, t_len):
+    def _backward(self, inputs, feat, t_len, resets=False):
         """Backward from the heads' ``dtop`` rows through core and encoder;
         each layer writes its input gradient into the previous layer's
         output-gradient rows."""
@@ -567,7 +602,7 @@ class Network:
         last = self.encoder[-1]
         if self.recurrent:
             dy = self.core.backward(ws[n_enc], p, g, feat, dy, t_len,
-                                    last.dy_rows(ws[n_enc - 1], t_len))
+                                    last.dy_rows(ws[n_enc - 1], t_len), resets)
         for i in range(n_enc - 1, -1, -1):
             dx = self.encoder[i - 1].dy_rows(ws[i - 1], t_len) if i > 0 else None
             dy = self.encoder[i].backward(ws[i], p, g, inputs[i], dy, t_len, dx)

@@ -101,6 +101,7 @@ class Config:
     max_grad_norm: float = _f(40.0, "global gradient-norm clip (0 = no clipping)")
     reward_scale: Optional[float] = _f(None, "multiply rewards by this fixed factor for learning (default: normalize them by the running standard deviation of the discounted return; see a3c_core.core.normalize)")
     normalize_advantages: bool = _f(False, "divide advantages by their running root-mean-square (a unit-scale policy term in every task; not the default: it did not speed up CartPole-v1 or doom:basic here)")
+    cross_episode: bool = _f(False, "rollouts of exactly t_max steps that run on into the next episode (LSTM state reset, no gradient across): one update per t_max steps however short the episodes")
     reward_clip: Optional[float] = _f(None, "clip raw rewards to [-reward_clip, reward_clip] for learning, before scaling; raw rewards are still reported (default 1 for Atari, 0 = off otherwise)")
     total_steps: int = _f(300_000, "stop after this many agent steps in total (0 = no limit)")
     total_seconds: float = _f(0.0, "stop after this many seconds of training wall-clock (0 = no limit)")

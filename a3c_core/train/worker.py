@@ -70,6 +70,9 @@ class RolloutSettings:
     bootstrap_truncated: bool = True
     #: divide advantages by their running RMS (see core.normalize.AdvantageNormalizer)
     normalize_advantages: bool = False
+    #: every rollout has t_max steps: an episode that ends inside it is
+    #: followed by the next one (LSTM state reset, no gradient across)
+    cross_episode: bool = False
 
 
 class LossStats:
@@ -202,13 +205,13 @@ class Worker:
         self._fresh = False       # net.params already hold the global params (set by apply)
 
     # -- episodes -----------------------------------------------------------
-    def start_episode(self):
-        """Reset the env and the LSTM state; ``obs_buf[0]`` = first observation."""
-        self.pipe(self.env.reset(), self.obs_buf[0])
+    def start_episode(self, slot=0):
+        """Reset the env and the LSTM state; ``obs_buf[slot]`` = first observation."""
+        self.pipe(self.env.reset(), self.obs_buf[slot])
         self.state = self.net.initial_state()
         self._started = True
 
-    def _end_of_life(self):
+    def _end_of_life(self, slot=0):
         """After a terminal/truncated step: report the whole game when it is over
         (an env that treats a life loss as terminal keeps ``episode_over``
         False until the game ends), then start the next episode."""
@@ -216,14 +219,17 @@ class Worker:
             self.store.record_episode(self.wid, self.ep_return, self.ep_length)
             self.ep_return, self.ep_length = 0.0, 0
         self._ret_acc = 0.0
-        self.start_episode()
+        self.start_episode(slot)
 
     # -- one rollout + update ------------------------------------------------
     def rollout(self):
         """Collect up to ``t_max`` steps and apply one update.
 
-        Returns ``(n, terminated, truncated, applied)``.
+        Returns ``(n, terminated, truncated, applied)`` (with
+        ``cross_episode``: n = t_max and the flags of the last step).
         """
+        if self.s.cross_episode:
+            return self._rollout_across()
         if not self._started:
             self.start_episode()
         s, net, env, pipe = self.s, self.net, self.env, self.pipe
@@ -265,6 +271,90 @@ class Worker:
             obs_buf[0] = obs_buf[n]
         return n, term, trunc, applied
 
+    def _rollout_across(self):
+        """:meth:`rollout` with ``cross_episode``: always ``t_max`` steps.
+
+        An episode that ends at step t is reported and the next one starts
+        in the same rollout (its first observation in ``obs_buf[t + 1]``, the
+        LSTM state reset: the network records the reset and its backward
+        lets no gradient across it).  Each segment gets its own bootstrap
+        value (0 after a terminal step) and its own returns and advantages;
+        one update covers them all, so an update's fixed costs (the norm and
+        apply passes over the flat arrays) are paid once per t_max steps
+        even when episodes are short.
+        """
+        if not self._started:
+            self.start_episode()
+        s, net, env, pipe = self.s, self.net, self.env, self.pipe
+        obs_buf, actions, raw, values = self.obs_buf, self.actions, self.raw_rewards, self.values
+        if not self._fresh:
+            self.store.pull(net.params)
+        self._fresh = False
+        T = s.t_max
+        state = self.state
+        u = self.rng.random(T)
+        acc0 = self._ret_acc
+        segs = []             # (start, end, bootstrap value, episode ended)
+        start = 0
+        term = trunc = False
+        net.begin_rollout(T)
+        for t in range(T):
+            probs, v, state = net.step(obs_buf[t], state, record=True)
+            a = sample_categorical(probs, u[t])
+            obs, r, term, trunc = env.step(a)
+            actions[t] = a
+            raw[t] = r
+            values[t] = v
+            self.ep_return += float(r)
+            self.ep_length += 1
+            if term or trunc:
+                boot = 0.0
+                if trunc and not term and s.bootstrap_truncated:
+                    pipe(obs, obs_buf[t + 1])
+                    _, boot, _ = net.step(obs_buf[t + 1], state)
+                segs.append((start, t + 1, float(boot), True))
+                start = t + 1
+                self._end_of_life(slot=t + 1)      # next episode: obs_buf[t + 1], new state
+                state = self.state
+            else:
+                pipe(obs, obs_buf[t + 1])
+        if start < T:
+            _, boot, _ = net.step(obs_buf[T], state)
+            segs.append((start, T, float(boot), False))
+        self.state = state
+        self._scale_segments(segs, acc0)
+        ret = np.empty(T, np.float32)
+        adv = np.empty(T, np.float32)
+        for a0, b0, boot, _ in segs:
+            ret[a0:b0], adv[a0:b0] = gae(self.rewards[a0:b0], values[a0:b0], boot,
+                                         s.gamma, s.gae_lambda)
+        applied = self._apply_update(T, ret, adv)
+        self.store.add_steps(T)
+        obs_buf[0] = obs_buf[T]
+        return T, term, trunc, applied
+
+    def _scale_segments(self, segs, acc0):
+        """:meth:`_scale_rewards` over the segments of a cross-episode rollout
+        (the running return restarts at each episode; one normalizer merge)."""
+        s = self.s
+        T = segs[-1][1]
+        r = self.raw_rewards[:T]
+        if s.reward_clip > 0:
+            r = np.clip(r, -s.reward_clip, s.reward_clip)
+        if s.reward_scale is not None:
+            np.multiply(r, s.reward_scale, out=self.rewards[:T], casting="unsafe")
+            return
+        rets = []
+        acc = acc0
+        for a0, b0, _, ended in segs:
+            rr, acc = running_returns(r[a0:b0], s.gamma, acc)
+            rets.append(rr)
+            if ended:
+                acc = 0.0
+        self._ret_acc = acc
+        scale = self.store.reward_scale(np.concatenate(rets) if len(rets) > 1 else rets[0])
+        np.clip(r * scale, -s.norm_clip, s.norm_clip, out=self.rewards[:T], casting="unsafe")
+
     def _scale_rewards(self, n):
         """raw rewards -> learning rewards (clip, then fixed or normalized scale)."""
         s = self.s
@@ -279,8 +369,12 @@ class Worker:
         np.clip(r * scale, -s.norm_clip, s.norm_clip, out=self.rewards[:n], casting="unsafe")
 
     def _update(self, n, boot):
-        s, st = self.s, self.stats
+        s = self.s
         ret, adv = gae(self.rewards[:n], self.values[:n], boot, s.gamma, s.gae_lambda)
+        return self._apply_update(n, ret, adv)
+
+    def _apply_update(self, n, ret, adv):
+        s, st = self.s, self.stats
         if s.normalize_advantages:
             adv = adv * np.float32(self.store.advantage_scale(adv))
         # backward only over the rows the rollout's steps recorded; the same
