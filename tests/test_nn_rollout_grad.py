@@ -405,3 +405,38 @@ def test_reset_rows_keep_the_previous_output(spec, obs_shape):
     assert list(cws["reset"][:5]) == [False, False, True, False, False]
     np.testing.assert_array_equal(cws["hin"][2], np.full(net.lstm_size, 0.25))
     np.testing.assert_array_equal(cws["cin"][2], np.full(net.lstm_size, -0.5))
+
+
+@pytest.mark.parametrize("spec", ["doom-lstm", "doom-ff"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_packed_doom_step_equals_doom_step(spec, dtype):
+    """The network's fused step passes its static arrays packed (two flat
+    buffers + a table); outputs and recorded rows are doom_step's, bitwise."""
+    from a3c_core.nn import kernels as K
+    net = build_network(spec, (1, 30, 26), 3, dtype=dtype, seed=4)
+    obs, _, _, _, state = _rollout(net, 3)
+    st = net._step_static
+    h, c = state if state is not None else (np.zeros(1, dtype), np.zeros(1, dtype))
+    ref = [np.empty_like(h), np.empty_like(c), np.empty(3, dtype)]
+    got = [np.empty_like(h), np.empty_like(c), np.empty(3, dtype)]
+    n_out = 3 if net.recurrent else 1       # h', c' are written by LSTM nets only
+    for t in range(3):
+        v_ref = K.doom_step(obs[t], h, c, *ref, *st)
+        v = K.doom_step_packed(obs[t], h, c, *got, *net._step_packed)
+        assert v == v_ref
+        for a, b in zip(got[-n_out:], ref[-n_out:]):
+            np.testing.assert_array_equal(a, b)
+    # the recording form: the same rows as the unpacked recording kernel
+    net.begin_rollout(3)
+    rows_a = [r.copy() for r in net._rec_static]
+    K.doom_step_rec(2, obs[2], h, c, *ref, *st, *net._rec_static)
+    rows_ref = [r.copy() for r in net._rec_static]
+    for r, r0 in zip(net._rec_static, rows_a):
+        r[...] = r0
+    v = K.doom_step_rec_packed(2, obs[2], h, c, *got, *net._step_packed, *net._rec_static)
+    for r, r0 in zip(net._rec_static, rows_ref):
+        np.testing.assert_array_equal(r, r0)
+    for a, b in zip(got[-n_out:], ref[-n_out:]):
+        np.testing.assert_array_equal(a, b)
+    # the packed params are the network's own buffer: an update is seen at once
+    assert net._step_packed[0] is net.params

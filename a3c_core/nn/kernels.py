@@ -995,6 +995,15 @@ def doom_step_rec(t, obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
                           c1w, c1b, s1, xs1, acc1, offs1, wtab1, y1, c2w, c2b, s2, cols2, y2,
                           fcw, fcb, feat, act, use_lstm, w_ih, w_hh, b_ih, b_hh, gates__tg[t],
                           wp__ah, bp__a, wv__1h, bv__1)
+    _doom_record(t, obs__chw, h__h, c__h, h_out__h, c_out__h, y1, y2, feat, use_lstm,
+                 obs__tchw, z1__ro, flat2__tn, fc__tn, hs__th, cs__th)
+    return value
+
+
+@kernel(inline="always")
+def _doom_record(t, obs__chw, h__h, c__h, h_out__h, c_out__h, y1, y2, feat, use_lstm,
+                 obs__tchw, z1__ro, flat2__tn, fc__tn, hs__th, cs__th):
+    """Rollout row ``t`` of the fused step (see :func:`doom_step_rec`)."""
     # flat element loops: numba's generic slice assignment is several times slower
     _copy_row(obs__chw.reshape(obs__chw.size), obs__tchw.reshape(obs__tchw.shape[0], -1)[t])
     o1, oh1, ow1 = y1.shape
@@ -1011,6 +1020,94 @@ def doom_step_rec(t, obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
         _copy_row(c__h, cs__th[t])
         _copy_row(h_out__h, hs__th[t + 1])
         _copy_row(c_out__h, cs__th[t + 1])
+
+
+# -- the fused step with packed static arguments -------------------------------
+# Numba's dispatcher types and unboxes every argument on every call (~0.2-0.3 us
+# per array, with the GIL held): doom_step_rec's 42 arguments cost ~10 us a
+# step.  The packed form passes the 22 float arrays of doom_step's static
+# arguments as views into two flat buffers (the network's params and one
+# scratch arena), described by an int64 table ``meta`` (row i: buffer 0 =
+# params / 1 = scratch, offset, 4 dims), and the four ints in ``ints``
+# (conv1 stride, conv2 stride, activation code, use_lstm).  The arithmetic
+# is doom_step's: the same inner kernels on the same arrays.
+
+#: positions in doom_step's static-argument tuple of the float arrays (packed
+#: through ``meta``), of the ints (``ints``) and of conv1's int64 offsets
+DOOM_STATIC_FLOATS = (0, 1, 3, 4, 6, 7, 8, 9, 11, 12, 13, 14, 15, 18, 19, 20, 21, 22, 23, 24,
+                      25, 26)
+DOOM_STATIC_INTS = (2, 10, 16, 17)
+DOOM_STATIC_OFFS = 5
+
+
+@kernel(inline="always")
+def _pv(params, scratch, meta, i):
+    """Flat view of packed array ``i``."""
+    o = meta[i, 1]
+    n = meta[i, 2] * meta[i, 3] * meta[i, 4] * meta[i, 5]
+    if meta[i, 0] == 0:
+        return params[o:o + n]
+    return scratch[o:o + n]
+
+
+@kernel(inline="always")
+def _pv2(params, scratch, meta, i):
+    return _pv(params, scratch, meta, i).reshape((meta[i, 2], meta[i, 3]))
+
+
+@kernel(inline="always")
+def _pv3(params, scratch, meta, i):
+    return _pv(params, scratch, meta, i).reshape((meta[i, 2], meta[i, 3], meta[i, 4]))
+
+
+@kernel(inline="always")
+def _pv4(params, scratch, meta, i):
+    return _pv(params, scratch, meta, i).reshape((meta[i, 2], meta[i, 3], meta[i, 4],
+                                                  meta[i, 5]))
+
+
+@kernel(inline="always")
+def _doom_packed_forward(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a, params, scratch,
+                         offs1, meta, ints, gates__g):
+    """_doom_forward on the unpacked views; ``gates__g`` replaces the gate
+    scratch (the recording step passes its rollout row)."""
+    return _doom_forward(
+        obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
+        _pv4(params, scratch, meta, 0), _pv(params, scratch, meta, 1), ints[0],
+        _pv2(params, scratch, meta, 2), _pv(params, scratch, meta, 3), offs1,
+        _pv2(params, scratch, meta, 4), _pv3(params, scratch, meta, 5),
+        _pv4(params, scratch, meta, 6), _pv(params, scratch, meta, 7), ints[1],
+        _pv2(params, scratch, meta, 8), _pv3(params, scratch, meta, 9),
+        _pv2(params, scratch, meta, 10), _pv(params, scratch, meta, 11),
+        _pv(params, scratch, meta, 12), ints[2], ints[3] != 0,
+        _pv2(params, scratch, meta, 13), _pv2(params, scratch, meta, 14),
+        _pv(params, scratch, meta, 15), _pv(params, scratch, meta, 16), gates__g,
+        _pv2(params, scratch, meta, 18), _pv(params, scratch, meta, 19),
+        _pv2(params, scratch, meta, 20), _pv(params, scratch, meta, 21))
+
+
+@kernel
+def doom_step_packed(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a, params, scratch,
+                     offs1, meta, ints):
+    """:func:`doom_step` with packed static arguments (see above)."""
+    if not _all_finite(obs__chw):
+        return np.nan
+    return _doom_packed_forward(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a, params,
+                                scratch, offs1, meta, ints, _pv(params, scratch, meta, 17))
+
+
+@kernel
+def doom_step_rec_packed(t, obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a, params,
+                         scratch, offs1, meta, ints, obs__tchw, z1__ro, flat2__tn, fc__tn,
+                         gates__tg, hs__th, cs__th):
+    """:func:`doom_step_rec` with packed static arguments (see above)."""
+    if not _all_finite(obs__chw):
+        return np.nan
+    value = _doom_packed_forward(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a, params,
+                                 scratch, offs1, meta, ints, gates__tg[t])
+    _doom_record(t, obs__chw, h__h, c__h, h_out__h, c_out__h, _pv3(params, scratch, meta, 5),
+                 _pv3(params, scratch, meta, 9), _pv(params, scratch, meta, 12), ints[3] != 0,
+                 obs__tchw, z1__ro, flat2__tn, fc__tn, hs__th, cs__th)
     return value
 
 

@@ -163,6 +163,37 @@ def build_layers(name, obs_shape, n_actions, kw):
     return encoder, core, heads
 
 
+def _pack_doom_static(static, params):
+    """``doom_step``'s static arguments -> ``(params, scratch, offs1, meta, ints)``
+    for ``kernels.doom_step_packed`` (see there): every float array that is a
+    contiguous view of ``params`` is addressed there; the others (scratch,
+    the zero LSTM stand-ins of a feed-forward net) move into one new scratch
+    arena (64-byte aligned slots, contents copied)."""
+    floats = [static[i] for i in K.DOOM_STATIC_FLOATS]
+    meta = np.zeros((len(floats), 6), np.int64)
+    base = params.ctypes.data
+    end = base + params.nbytes
+    item = params.itemsize
+    slots, size = [], 0
+    for i, a in enumerate(floats):
+        if a.dtype != params.dtype or not a.flags.c_contiguous or a.ndim > 4:
+            raise ValueError(f"doom_step static array {i} cannot be packed")
+        dims = tuple(a.shape) + (1,) * (4 - a.ndim)
+        meta[i, 2:] = dims
+        p0 = a.ctypes.data
+        if base <= p0 and p0 + a.nbytes <= end and a.size:
+            meta[i, :2] = (0, (p0 - base) // item)
+        else:
+            meta[i, :2] = (1, size)
+            slots.append((i, size))
+            size += -(-max(a.size, 1) // 16) * 16
+    scratch = np.zeros(max(size, 16), params.dtype)
+    for i, off in slots:
+        scratch[off:off + floats[i].size] = floats[i].ravel()
+    ints = np.array([int(static[i]) for i in K.DOOM_STATIC_INTS], np.int64)
+    return (params, scratch, static[K.DOOM_STATIC_OFFS], meta, ints)
+
+
 def _fused_doom_step_fits(encoder):
     """The layer list ``doom_step`` computes: conv (k % stride == 0, no
     padding) -> conv (no padding) -> dense, same activation."""
@@ -267,6 +298,7 @@ class Network:
                 p[c2.name + ".weight"], p[c2.name + ".bias"], c2.stride, cols2, y2,
                 p[d.name + ".weight"], p[d.name + ".bias"], feat, K.ACT_CODES[d.act],
                 self.recurrent, *lstm, self._gates1, *heads)
+            self._step_packed = _pack_doom_static(self._step_static, self._params)
         else:
             self._step_chain = [L.step_call(p, dt) for L in self.encoder]
             self._core_static = (self.recurrent, *lstm)
@@ -374,7 +406,7 @@ class Network:
                                       self.recurrent and state is not self._rec_state)
             self._rec_state = new_state
         elif self._fused:
-            value = K.doom_step(obs, h, c, h_out, c_out, probs, *self._step_static)
+            value = K.doom_step_packed(obs, h, c, h_out, c_out, probs, *self._step_packed)
             if value != value and not K.all_finite(obs):    # NaN value: bad input?
                 raise _bad_obs()
         else:
@@ -404,8 +436,8 @@ class Network:
             cws["tmp"][0] = cws["hs"][t]
             cws["tmp"][1] = cws["cs"][t]
         if self._fused:
-            value = K.doom_step_rec(t, obs, h, c, h_out, c_out, probs, *self._step_static,
-                                    *self._rec_static)
+            value = K.doom_step_rec_packed(t, obs, h, c, h_out, c_out, probs, *self._step_packed,
+                                           *self._rec_static)
             if value != value and not K.all_finite(obs):
                 raise _bad_obs()
             if self.recurrent:
