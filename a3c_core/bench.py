@@ -243,6 +243,9 @@ def bench_network(net, T, repeat, min_time, peak, fl) -> list[Row]:
                     f"{net.spec['name']} ({path}); {gf:.1f} GFLOP/s = {gf / peak:.0%} of sgemm peak "
                     f"({fl['per_step']['forward'] / 1e6:.2f} MFLOP)"))
 
+    if net.fused_step:
+        rows.extend(bench_step_packing(net, obs1, repeat, min_time))
+
     obs, actions, returns, adv = _rollout(net, T, rng)
     state0 = net.initial_state()
 
@@ -287,6 +290,38 @@ def bench_network(net, T, repeat, min_time, peak, fl) -> list[Row]:
     s = time_call(lambda: core.gae(r, v, 0.5, 0.99, 1.0), repeat=repeat, min_time=min_time)
     rows.append(Row(f"gae T={T}", _us(s), "us", "returns + advantages"))
     return rows
+
+
+def bench_step_packing(net, obs1, repeat, min_time) -> list[Row]:
+    """The fused step kernel called with its 33 arguments unpacked (what the
+    network passed before) against the packed form it passes now (11: two
+    flat buffers and an int table), interleaved: the difference is Numba's
+    per-argument dispatch cost, paid with the GIL held."""
+    from a3c_core.nn import kernels as K
+
+    st, pk = net._step_static, net._step_packed
+    h, c = net.initial_state() if net.recurrent else (np.zeros(1, net.dtype),) * 2
+    out = [np.empty_like(h), np.empty_like(c), np.empty(net.n_actions, net.dtype)]
+    obs = np.ascontiguousarray(obs1, net.dtype)
+
+    def unpacked():
+        K.doom_step(obs, h, c, *out, *st)
+
+    def packed():
+        K.doom_step_packed(obs, h, c, *out, *pk)
+
+    a, b = [], []
+    for fn in (unpacked, packed):
+        time_call(fn, repeat=1, min_time=min_time / 4, warmup=2)
+    for _ in range(repeat):
+        a += time_call(unpacked, repeat=1, min_time=min_time, warmup=0)
+        b += time_call(packed, repeat=1, min_time=min_time, warmup=0)
+    diff = statistics.median(x - y for x, y in zip(a, b)) * 1e6
+    return [Row("step kernel, unpacked args", _us(a), "us",
+                f"doom_step with its {6 + len(st)} arguments"),
+            Row("step kernel, packed args", _us(b), "us",
+                f"doom_step_packed, {6 + len(pk)} arguments; {diff:.1f} us less per step "
+                f"(median of interleaved pairs)", {"saved_us": diff})]
 
 
 def bench_update_tail(n, grads, repeat, min_time) -> list[Row]:

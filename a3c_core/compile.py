@@ -67,8 +67,16 @@ def warm_up(specs=None, dtypes=(np.float32,)):
             net.begin_rollout(T)
             s = net.initial_state()
             for t in range(T):
+                if t == 2:          # an episode boundary inside the rollout (--cross-episode)
+                    s = net.initial_state()
                 _, _, s = net.step(obs[t], s, record=True)
             net.rollout_grad(actions, returns, adv)
+            if net.recurrent:        # and the same rollout without one
+                net.begin_rollout(T)
+                s = net.initial_state()
+                for t in range(T):
+                    _, _, s = net.step(obs[t], s, record=True)
+                net.rollout_grad(actions, returns, adv)
             clip_grad_norm(net.grads, 40.0)
 
 
