@@ -53,6 +53,8 @@ def _cluster(args):
 def _cfg(args, run_dir, workers, **kw):
     from a3c_core.train.config import Config
 
+    if getattr(args, "cross_episode", None) is not None:
+        kw.setdefault("cross_episode", args.cross_episode)
     return Config(env=args.env, workers=workers, seed=args.seed, total_steps=0, quiet=True,
                   tensorboard=False, run_dir=run_dir, **kw)
 
@@ -209,6 +211,9 @@ def main(argv=None):
     ap.add_argument("--sync-ms", type=float, default=500.0)
     ap.add_argument("--sync-every", type=int, default=0)
     ap.add_argument("--run-root", help="compare: keep the two run directories here")
+    ap.add_argument("--cross-episode", action=argparse.BooleanOptionalAction, default=None,
+                    help="compare: rollouts across episode boundaries on or off in both runs "
+                         "(default: the config default)")
     args = ap.parse_args(argv)
     if args.what == "sync":
         args.shards = args.shards or "1,2,4"

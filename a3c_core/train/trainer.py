@@ -443,17 +443,21 @@ class Trainer:
             obs_shape = tuple(self.net_spec["obs_shape"])
             net = self._build_network(self.spec_name, obs_shape, self.net_spec["n_actions"],
                                       seed=self.cfg.seed, **self.net_kwargs)
-            obs = np.zeros((2,) + obs_shape, np.float32)
+            obs = np.zeros((3,) + obs_shape, np.float32)
             probs, _, _ = net.step(obs[0], net.initial_state())
             sample_categorical(probs, 0.5)
-            zeros = np.zeros(2, np.float32)
-            net.loss_and_grad(obs, np.zeros(2, np.int64), zeros, zeros, net.initial_state())
-            # the worker's path: recorded steps + backward-only update (nn owner)
-            net.begin_rollout(2)
-            s = net.initial_state()
-            for t in range(2):
-                _, _, s = net.step(obs[t], s, record=True)
-            net.rollout_grad(np.zeros(2, np.int64), zeros, zeros)
+            zeros = np.zeros(3, np.float32)
+            # the worker's path only (recorded steps + backward-only update;
+            # loss_and_grad's batched forward is never called by a worker)
+            resets = (False, True) if self.cfg.cross_episode and net.recurrent else (False,)
+            for reset in resets:
+                net.begin_rollout(3)
+                s = net.initial_state()
+                for t in range(3):
+                    if reset and t == 2:
+                        s = net.initial_state()
+                    _, _, s = net.step(obs[t], s, record=True)
+                net.rollout_grad(np.zeros(3, np.int64), zeros, zeros)
         finally:
             notice.cancel()
 
