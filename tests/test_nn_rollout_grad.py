@@ -440,3 +440,22 @@ def test_packed_doom_step_equals_doom_step(spec, dtype):
         np.testing.assert_array_equal(a, b)
     # the packed params are the network's own buffer: an update is seen at once
     assert net._step_packed[0] is net.params
+
+
+def test_reset_flags_do_not_leak_into_the_next_recording():
+    net = build_network("mlp-lstm", (7,), 3, dtype=np.float64, seed=6)
+    obs, actions, ret, adv, state0 = _rollout(net, 6, seed=4)
+    _record_segments(net, obs, state0, (2, 4))
+    net.rollout_grad(actions, ret, adv)
+    for again in ("steps", "batched"):      # a plain recording afterwards: no resets
+        if again == "steps":
+            _record_segments(net, obs, state0, ())
+        else:
+            net.record_rollout(obs, state0)
+        net.rollout_grad(actions, ret, adv)
+        got = net.grads.copy()
+        net.loss_and_grad(obs, actions, ret, adv, state0)
+        np.testing.assert_allclose(got, net.grads, rtol=1e-10, atol=1e-13)
+        _record_segments(net, obs, state0, (3,))
+        assert list(net._ws[len(net.encoder)]["reset"][:6]) == [False, False, False, True, False, False]
+        net.rollout_grad(actions, ret, adv)

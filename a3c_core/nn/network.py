@@ -440,8 +440,8 @@ class Network:
                                            *self._rec_static)
             if value != value and not K.all_finite(obs):
                 raise _bad_obs()
-            if self.recurrent:
-                self._mark_reset(t, reset)
+            if reset:
+                self._mark_reset(t)
             self._rec_t = t + 1
             return value
         if not K.all_finite(obs):
@@ -458,25 +458,26 @@ class Network:
             value = K.core_heads_step(x, *self._core_static, h, c, cws["gates"][t], h_out, c_out,
                                       *self._heads_static, probs)
             K.record_state(h, c, h_out, c_out, cws["hs"], cws["cs"], t)
-            self._mark_reset(t, reset)
+            if reset:
+                self._mark_reset(t)
         else:
             value = K.core_heads_step(x, *self._core_static, h, c, self._gates1, h_out, c_out,
                                       *self._heads_static, probs)
         self._rec_t = t + 1
         return value
 
-    def _mark_reset(self, t, reset):
-        """Row ``t``'s reset flag; for a reset step, move the input state the
-        kernel wrote into ``hs[t]``/``cs[t]`` to ``hin[t]``/``cin[t]`` and put
-        the previous step's output (saved in ``tmp``) back."""
+    def _mark_reset(self, t):
+        """Flag row ``t`` as a reset step: move the input state the kernel
+        wrote into ``hs[t]``/``cs[t]`` to ``hin[t]``/``cin[t]`` and put the
+        previous step's output (saved in ``tmp``) back.  The flags of a
+        recording start cleared (``begin_rollout``)."""
         cws = self._ws[len(self.encoder)]
-        cws["reset"][t] = reset
-        if reset:
-            cws["hin"][t] = cws["hs"][t]
-            cws["cin"][t] = cws["cs"][t]
-            cws["hs"][t] = cws["tmp"][0]
-            cws["cs"][t] = cws["tmp"][1]
-            self._rec_resets += 1
+        cws["reset"][t] = True
+        cws["hin"][t] = cws["hs"][t]
+        cws["cin"][t] = cws["cs"][t]
+        cws["hs"][t] = cws["tmp"][0]
+        cws["cs"][t] = cws["tmp"][1]
+        self._rec_resets += 1
 
     # ---------------------------------------------------------- rollout path
     def _workspace(self, t_len):
@@ -515,6 +516,8 @@ class Network:
             raise ValueError(f"begin_rollout: t_cap must be >= 1, got {t_cap}")
         self._workspace(t_cap)
         self._rec_t = 0
+        if self._rec_resets:
+            self._ws[len(self.encoder)]["reset"][:] = False
         self._rec_resets = 0
         self._rec_state = None
 
@@ -553,6 +556,8 @@ class Network:
         self._forward_encoder_core(x, h0, c0, t_len)
         self._obs_rows[:t_len] = x
         self._rec_t = t_len
+        if self._rec_resets:
+            self._ws[len(self.encoder)]["reset"][:] = False
         self._rec_resets = 0
 
     def rollout_grad(self, actions, returns, advantages, *, value_coef=0.5,
