@@ -26,6 +26,11 @@ dwarf the timer) and reports the median, min and max.  Rows:
   ``learner us/agent step (torch)``: the same rollout done PyTorch-A3C style
   (T ``inference_mode`` steps, forward+backward recompute, ``clip_grad_norm_``,
   ``torch.optim.Adam`` on a shared model, copy back), one thread each.
+* ``memory bandwidth``: every core copies its own 64 MB array at once, GB/s
+  (read + written bytes); the input of ``bench/scaling_model.py``.
+* ``step kernel, unpacked/packed args``: the fused step called with its
+  static arrays one by one against the packed form the network uses (the
+  difference is Numba's per-argument dispatch, paid with the GIL held), us.
 * ``rmsprop/adam apply``, ``clip_grad_norm``, ``gae``: flat-buffer kernels, us.
 * ``update tail (3 passes)`` / ``(fused)``: an update's fixed cost after the
   backward, paid once per update whatever its length: clip + Adam apply +
@@ -204,6 +209,38 @@ def _us(samples):
 
 # ---------------------------------------------------------------------------
 # sections
+
+
+def bench_bandwidth(mb, repeat) -> Row:
+    """Memory bandwidth, GB/s: every core copies its own ``mb`` MB float32
+    array at once (numpy's copy loop runs without the GIL); bytes read +
+    written / wall time.  The figure a memory-bound workload (the optimizer
+    apply, reading weights that no cache holds) shares among all workers."""
+    n_thr = default_workers()[-1]
+    n = mb * (1 << 20) // 4
+    srcs = [np.ones(n, np.float32) for _ in range(n_thr)]
+    dsts = [np.empty(n, np.float32) for _ in range(n_thr)]
+    barrier = threading.Barrier(n_thr + 1)
+
+    def copy(i):
+        barrier.wait()
+        np.copyto(dsts[i], srcs[i])
+        barrier.wait()
+
+    out = []
+    for _ in range(repeat + 1):
+        ths = [threading.Thread(target=copy, args=(i,)) for i in range(n_thr)]
+        for th in ths:
+            th.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        barrier.wait()
+        out.append(2 * 4 * n * n_thr / (time.perf_counter() - t0) / 1e9)
+        for th in ths:
+            th.join()
+    return Row("memory bandwidth", out[1:], "GB/s",
+               f"{n_thr} thread(s) each copying {mb} MB float32 (read + write bytes / time)",
+               {"threads": n_thr})
 
 
 def bench_sgemm(n, repeat, min_time) -> Row:
@@ -890,6 +927,7 @@ def main(argv=None) -> int:
 
     add(bench_sgemm(sgemm_n, repeat, min_time))
     peak = rows[0].median
+    add(bench_bandwidth(16 if quick else 64, repeat))
 
     with tempfile.TemporaryDirectory(prefix="a3c-bench-env-") as runtime:
         env, env_err = _make_env(args.env, runtime)
