@@ -508,7 +508,7 @@ def bench_preprocess(in_shape, out_shape, repeat, min_time) -> Row:
     return Row("preprocess", _us(s), "us", f"uint8 {shp} -> float32 {out_shape[0]}x{out_shape[1]} area resize")
 
 
-def bench_env(env, repeat, min_time) -> Row:
+def bench_env(env, repeat, min_time) -> list[Row]:
     """env.step(a) of random actions; resets are done outside the timed region."""
     rng = np.random.default_rng(0)
     env.reset()
@@ -535,8 +535,17 @@ def bench_env(env, repeat, min_time) -> Row:
     samples = [batch(n) / n for _ in range(repeat)]
     spec = env.spec() if callable(getattr(env, "spec", None)) else {}
     fs = spec.get("frame_skip", "?") if isinstance(spec, dict) else "?"
-    return Row("env step", _us(samples), "us", f"{spec.get('id', '?') if isinstance(spec, dict) else ''}"
-               f" frame skip {fs}; random actions; resets untimed")
+    resets = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(5):
+            env.reset()
+        resets.append((time.perf_counter() - t0) / 5)
+    return [Row("env step", _us(samples), "us", f"{spec.get('id', '?') if isinstance(spec, dict) else ''}"
+                f" frame skip {fs}; random actions; resets untimed"),
+            Row("env reset", _us(resets), "us",
+                "env.reset() (a new episode; paid once per episode, so per agent step it "
+                "weighs 1/episode length: a trained doom:basic agent's episodes are ~6 steps)")]
 
 
 # -- end to end -------------------------------------------------------------
