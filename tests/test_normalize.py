@@ -144,3 +144,44 @@ def test_cartpole_learns_with_cross_episode_rollouts(tmp_path):
         lengths = [int(line.rsplit(",", 1)[1]) for line in fh.read().splitlines()[1:]]
     assert np.mean(lengths[-100:]) >= 66, np.mean(lengths[-100:])
     assert tr.shared.updates * cfg.t_max == tr.shared.steps
+
+
+def test_advantage_normalizer_moving_rms_against_numpy():
+    """horizon=H: an exponential moving average of A^2 with per-sample decay
+    1 - 1/H, batch by batch (numpy twin), that forgets early large advantages."""
+    from a3c_core.core.normalize import AdvantageNormalizer
+
+    rng = np.random.default_rng(0)
+    H = 50.0
+    a = AdvantageNormalizer(horizon=H, min_count=1)
+    ms = None
+    for k in range(40):
+        x = rng.standard_normal(rng.integers(1, 30)) * (10.0 if k < 5 else 0.1)
+        keep = (1 - 1 / H) ** x.size
+        ms = np.mean(x**2) if ms is None else keep * ms + (1 - keep) * np.mean(x**2)
+        got = a.update(x)
+        assert got == pytest.approx(1 / math.sqrt(ms + a.eps), rel=1e-12)
+    # early advantages of 10 are forgotten: the scale follows the recent 0.1s
+    assert 5 < a.scale < 20
+    whole = AdvantageNormalizer(min_count=1)
+    rng = np.random.default_rng(0)
+    for k in range(40):
+        whole.update(rng.standard_normal(rng.integers(1, 30)) * (10.0 if k < 5 else 0.1))
+    assert whole.scale < 1            # the whole-run RMS still remembers them
+
+
+def test_advantage_normalizer_moving_rms_checkpoint_round_trip():
+    from a3c_core.core.normalize import AdvantageNormalizer
+
+    a = AdvantageNormalizer(horizon=100.0)
+    a.update(np.array([1.0, -2.0, 0.5]))
+    a.update(np.array([0.1, 0.2]))
+    b = AdvantageNormalizer(horizon=100.0)
+    b.load_state_dict(a.state_dict())
+    assert (b.count, b.mean_sq, b.scale) == (a.count, a.mean_sq, a.scale)
+    x = np.array([0.3, -0.7])
+    assert a.update(x) == b.update(x)
+    with pytest.raises(ValueError, match="advantage normalizer state"):
+        b.load_state_dict({"count": 3})
+    with pytest.raises(ValueError, match="horizon"):
+        AdvantageNormalizer(horizon=0.5)

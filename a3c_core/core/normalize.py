@@ -119,15 +119,63 @@ class AdvantageNormalizer(ReturnNormalizer):
     advantages (the policy-gradient weights) of a task can still be much
     smaller than its return spread: CartPole's per-step advantages are a few
     percent of its return std, so a fixed entropy bonus outweighs them and the
-    policy stays random.  Dividing advantages by their running RMS (over the
-    whole run, like the return statistics; not per rollout, which is noisy at
-    t_max = 20) gives the policy term a unit scale in every task, so the
-    entropy coefficient is one fixed trade-off.  ``scale`` is
-    ``1 / sqrt(mean^2 + var + eps)``; the advantages are not centred.
+    policy stays random.  Dividing advantages by their RMS gives the policy
+    term a unit scale in every task, so the entropy coefficient is one fixed
+    trade-off.  ``horizon=None``: the RMS over the whole run (Welford, like the
+    return statistics); ``horizon=H``: an exponential moving average of the
+    squared advantages with a time constant of H samples, which follows the
+    advantages as they shrink while the agent improves (a whole-run RMS stays
+    dominated by the large advantages of early training).  Not per rollout,
+    which is noisy at t_max = 20.  ``scale`` is ``1 / sqrt(mean(A^2) + eps)``;
+    the advantages are not centred.
     """
 
-    def __init__(self, *, eps=1e-8, min_count=2):
+    def __init__(self, *, eps=1e-8, min_count=2, horizon=None):
         super().__init__(1.0, eps=eps, min_count=min_count)
+        if horizon is not None and not (horizon >= 1 and math.isfinite(horizon)):
+            raise ValueError(f"horizon must be None or a finite number >= 1, got {horizon!r}")
+        self.horizon = None if horizon is None else float(horizon)
+        self.mean_sq = 0.0
 
     def _scale_from(self, n, mean, m2):
         return 1.0 / math.sqrt(m2 / n + mean * mean + self.eps)
+
+    def update(self, advantages) -> float:
+        if self.horizon is None:
+            return super().update(advantages)
+        x = np.asarray(advantages, dtype=np.float64).ravel()
+        if x.size == 0:
+            return self.scale
+        if not np.all(np.isfinite(x)):
+            raise ValueError("AdvantageNormalizer.update: advantages contain NaN or inf")
+        ms_b = float(np.square(x).mean())
+        keep = (1.0 - 1.0 / self.horizon) ** x.size      # weight left on the old average
+        with self._lock:
+            self.mean_sq = ms_b if self.count == 0 else keep * self.mean_sq + (1.0 - keep) * ms_b
+            self.count += x.size
+            if self.count >= self.min_count:
+                self.scale = 1.0 / math.sqrt(self.mean_sq + self.eps)
+            return self.scale
+
+    def state_dict(self) -> dict:
+        d = super().state_dict()
+        if self.horizon is not None:
+            with self._lock:
+                d.update(horizon=self.horizon, mean_sq=float(self.mean_sq))
+        return d
+
+    def load_state_dict(self, d) -> None:
+        if self.horizon is None:
+            return super().load_state_dict(d)
+        try:
+            count = int(d["count"])
+            ms = float(d["mean_sq"]) if "mean_sq" in d else \
+                float(d["m2"]) / max(count, 1) + float(d["mean"]) ** 2   # a whole-run state
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"advantage normalizer state must have count and mean_sq "
+                             f"(or mean, m2); got {d!r}") from None
+        if count < 0 or ms < 0 or not math.isfinite(ms):
+            raise ValueError(f"advantage normalizer state is invalid: {d!r}")
+        with self._lock:
+            self.count, self.mean_sq = count, ms
+            self.scale = 1.0 / math.sqrt(ms + self.eps) if count >= self.min_count else 1.0

@@ -132,7 +132,8 @@ class Node:
         if getattr(cfg, "normalize_advantages", False):
             from a3c_core.core.normalize import AdvantageNormalizer
 
-            self.normalizers["advantage_normalizer"] = AdvantageNormalizer()
+            self.normalizers["advantage_normalizer"] = AdvantageNormalizer(
+                horizon=getattr(cfg, "advantage_horizon", 0.0) or None)
         for key, norm in self.normalizers.items():
             if (restore.get("normalizers") or {}).get(key) is not None:
                 norm.load_state_dict(restore["normalizers"][key])

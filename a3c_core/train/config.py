@@ -71,6 +71,7 @@ _RANGES = {
     "log_interval": (0.01, 3600.0),
     "max_skipped_updates": (0, 10**9),
     "repeat_action_probability": (0.0, 1.0),
+    "advantage_horizon": (0.0, 1e12),
 }
 
 
@@ -101,6 +102,7 @@ class Config:
     max_grad_norm: float = _f(40.0, "global gradient-norm clip (0 = no clipping)")
     reward_scale: Optional[float] = _f(None, "multiply rewards by this fixed factor for learning (default: normalize them by the running standard deviation of the discounted return; see a3c_core.core.normalize)")
     normalize_advantages: bool = _f(False, "divide advantages by their running root-mean-square (a unit-scale policy term in every task; not the default: it did not speed up CartPole-v1 or doom:basic here)")
+    advantage_horizon: float = _f(20_000.0, "with normalize_advantages: the advantages' RMS is a moving average over about this many samples (0 = over the whole run)")
     cross_episode: bool = _f(False, "rollouts of exactly t_max steps that run on into the next episode (LSTM state reset, no gradient across): one update per t_max steps however short the episodes")
     reward_clip: Optional[float] = _f(None, "clip raw rewards to [-reward_clip, reward_clip] for learning, before scaling; raw rewards are still reported (default 1 for Atari, 0 = off otherwise)")
     total_steps: int = _f(300_000, "stop after this many agent steps in total (0 = no limit)")
@@ -222,6 +224,8 @@ class Config:
                 bad("hidden", "must be comma-separated integers in [1, 65536], e.g. 64,64")
         if not 0.0 <= self.gamma <= 1.0:
             bad("gamma", "must be in [0, 1]")
+        if 0.0 < self.advantage_horizon < 1.0:
+            bad("advantage_horizon", "must be 0 (the whole run) or >= 1 sample")
         if not 0.0 <= self.gae_lambda <= 1.0:
             bad("gae_lambda", "must be in [0, 1]")
         from a3c_core.core.optim import OPTIMIZERS
