@@ -43,7 +43,9 @@ def measure(run_dir, mode, workers, seconds, warmup):
         dst = os.path.join(tmp, "run")
         shutil.copytree(run_dir, dst, ignore=shutil.ignore_patterns("tb", "*.png", "errors.log"))
         fields = {k: v for k, v in saved.items() if k in Config.__dataclass_fields__}
-        fields.update(workers=workers, total_steps=0, total_seconds=warmup + seconds + 30.0,
+        # no step or time limit: a resumed run's clock includes its earlier wall
+        # time; the measurement stops it through stop_event
+        fields.update(workers=workers, total_steps=0, total_seconds=0.0,
                       run_dir=dst, quiet=True, tensorboard=False, checkpoint_interval=0.0,
                       cross_episode=(mode == "cross"), target_reward=None)
         cfg = Config(**fields)
