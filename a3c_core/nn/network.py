@@ -385,7 +385,11 @@ class Network:
         state is never modified.  Raises ``ValueError`` when ``obs`` holds a
         NaN or inf (before anything is computed).  ``record=True`` (after
         :meth:`begin_rollout`) also stores this step's activations as the
-        next rollout row for :meth:`rollout_grad`.
+        next rollout row for :meth:`rollout_grad`.  A recorded step
+        continues the previous one only when given the very ``new_state``
+        object that step returned; any other state (``initial_state()`` at an
+        episode boundary, or a copy) starts a new segment, and the backward
+        lets no gradient flow into the steps before it.
         """
         dt = self._dtype
         if not (type(obs) is np.ndarray and obs.dtype == dt and obs.flags.c_contiguous):
