@@ -22,6 +22,10 @@ PROGRAM = textwrap.dedent("""
     import json, os, signal, sys
     from a3c_core.envs import make_env
 
+    # a launcher that ignores SIGINT (a background job of a non-interactive
+    # shell) would pass SIG_IGN on and this program would never see Ctrl-C
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
     def descendants(root):
         kids = {}
         for name in os.listdir("/proc"):
