@@ -7,6 +7,7 @@ SIGINT to its process group. Liveness is checked by pid through /proc.
 """
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -142,7 +143,15 @@ def test_terminal_sigint_reaches_only_the_owner(env_id, env_process):
         pytest.importorskip("vizdoom")
     proc, pids = _start(env_id, env_process, new_session=True)
     try:
-        os.killpg(proc.pid, signal.SIGINT)
+        # never wait forever: a Ctrl-C that finds no answer in 10 s is sent
+        # again (seen once in a CI run on a loaded machine, not reproduced
+        # in 8 reruns), and three unanswered ones fail the test
+        for _ in range(3):
+            os.killpg(proc.pid, signal.SIGINT)
+            if select.select([proc.stdout], [], [], 10.0)[0]:
+                break
+        else:
+            pytest.fail("the helper answered none of three SIGINTs")
         out = json.loads(proc.stdout.readline() or "{}")
         assert out.get("after_sigint") == "stepped", proc.stderr.read()
         assert json.loads(proc.stdout.readline())["left"] == []  # closed cleanly
