@@ -329,6 +329,18 @@ def bench_network(net, T, repeat, min_time, peak, fl) -> list[Row]:
     return rows
 
 
+def _interleaved(fa, fb, repeat, min_time):
+    """Samples of ``fa`` and ``fb`` timed in turn (warm-up first), so machine
+    load hits both alike; ``(samples_a, samples_b)`` in seconds."""
+    for fn in (fa, fb):
+        time_call(fn, repeat=1, min_time=min_time / 4, warmup=2)
+    a, b = [], []
+    for _ in range(repeat):
+        a += time_call(fa, repeat=1, min_time=min_time, warmup=0)
+        b += time_call(fb, repeat=1, min_time=min_time, warmup=0)
+    return a, b
+
+
 def bench_step_packing(net, obs1, repeat, min_time) -> list[Row]:
     """The fused step kernel called with its 33 arguments unpacked (what the
     network passed before) against the packed form it passes now (11: two
@@ -347,12 +359,7 @@ def bench_step_packing(net, obs1, repeat, min_time) -> list[Row]:
     def packed():
         K.doom_step_packed(obs, h, c, *out, *pk)
 
-    a, b = [], []
-    for fn in (unpacked, packed):
-        time_call(fn, repeat=1, min_time=min_time / 4, warmup=2)
-    for _ in range(repeat):
-        a += time_call(unpacked, repeat=1, min_time=min_time, warmup=0)
-        b += time_call(packed, repeat=1, min_time=min_time, warmup=0)
+    a, b = _interleaved(unpacked, packed, repeat, min_time)
     diff = statistics.median(x - y for x, y in zip(a, b)) * 1e6
     return [Row("step kernel, unpacked args", _us(a), "us",
                 f"doom_step with its {6 + len(st)} arguments"),
@@ -381,12 +388,7 @@ def bench_update_tail(n, grads, repeat, min_time) -> list[Row]:
     def new():
         shared_new.apply(g, 1e9, sync_to=local)
 
-    a, b = [], []
-    for fn in (old, new):
-        time_call(fn, repeat=1, min_time=min_time / 4, warmup=2)
-    for _ in range(repeat):
-        a += time_call(old, repeat=1, min_time=min_time, warmup=0)
-        b += time_call(new, repeat=1, min_time=min_time, warmup=0)
+    a, b = _interleaved(old, new, repeat, min_time)
     ratio = statistics.median(x / y for x, y in zip(a, b))
     return [Row("update tail (3 passes)", _us(a), "us",
                 f"clip_grad_norm + Adam apply + sync_params, {n:,} params"),
