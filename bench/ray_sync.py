@@ -55,6 +55,8 @@ def _cfg(args, run_dir, workers, **kw):
 
     if getattr(args, "cross_episode", None) is not None:
         kw.setdefault("cross_episode", args.cross_episode)
+    if getattr(args, "lr", None):
+        kw.setdefault("lr", args.lr)
     return Config(env=args.env, workers=workers, seed=args.seed, total_steps=0, quiet=True,
                   tensorboard=False, run_dir=run_dir, **kw)
 
@@ -133,10 +135,13 @@ def cmd_compare(args):
 
     out_dir = args.run_root or tempfile.mkdtemp(prefix="a3c-ray-compare-")
     results = {}
-    single_dir = os.path.join(out_dir, "single")
-    res = Trainer(_cfg(args, single_dir, 2, total_seconds=args.seconds)).run()
-    results["single_2_threads"] = _summary(res, single_dir, args.target)
-    print(results["single_2_threads"], flush=True)
+    if args.only in (None, "single"):
+        single_dir = os.path.join(out_dir, "single")
+        res = Trainer(_cfg(args, single_dir, 2, total_seconds=args.seconds)).run()
+        results["single_2_threads"] = _summary(res, single_dir, args.target)
+        print(results["single_2_threads"], flush=True)
+    if args.only == "single":
+        return _write(args, "ray_compare_single", {"results": results, "args": vars(args)})
     address, cluster = _cluster(args)
     try:
         ray.init(address=address, include_dashboard=False, logging_level="ERROR")
@@ -150,6 +155,9 @@ def cmd_compare(args):
         ray.shutdown()
         if cluster is not None:
             cluster.shutdown()
+    if args.only == "ray":
+        return _write(args, "ray_compare_ray", {"results": results, "machine": _machine(),
+                                                "args": vars(args)})
     s, r = results["single_2_threads"], results["ray_2_nodes_x_1"]
     ratio = r["steps_per_s"] / s["steps_per_s"]
     results["throughput_ratio"] = ratio
@@ -208,12 +216,17 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--seconds", type=float, default=150.0)
     ap.add_argument("--target", type=float, default=75.0)
-    ap.add_argument("--sync-ms", type=float, default=500.0)
+    ap.add_argument("--sync-ms", type=float, default=200.0)
     ap.add_argument("--sync-every", type=int, default=0)
     ap.add_argument("--run-root", help="compare: keep the two run directories here")
     ap.add_argument("--cross-episode", action=argparse.BooleanOptionalAction, default=None,
                     help="compare: rollouts across episode boundaries on or off in both runs "
                          "(default: the config default)")
+    ap.add_argument("--only", choices=("single", "ray"),
+                    help="compare: run only one side (learning trials; the throughput ratio "
+                         "needs both in one invocation)")
+    ap.add_argument("--lr", type=float, default=None, help="compare: learning rate of both runs "
+                    "(default: the config default)")
     args = ap.parse_args(argv)
     if args.what == "sync":
         args.shards = args.shards or "1,2,4"

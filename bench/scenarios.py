@@ -131,13 +131,18 @@ def main(argv=None):
     if unknown:
         p.error(f"unknown scenarios {unknown}; choose from {', '.join(SCENARIOS)}")
     os.makedirs(args.out, exist_ok=True)
-    results = []
+    results, failed = [], []
     for name in names:
         run_dir = os.path.join(args.out, f"{name}-s{args.seed}")
         if os.path.exists(run_dir):
             p.error(f"{run_dir} exists; remove it or choose another --out")
         rnd, rnd_std = random_policy_average(name, args.random_episodes, args.seed)
-        command, wall, final = train(name, args.minutes, args.workers, args.seed, run_dir)
+        try:
+            command, wall, final = train(name, args.minutes, args.workers, args.seed, run_dir)
+        except RuntimeError as e:   # one scenario's failure must not lose the others
+            print(f"{name}: FAILED\n{e}", file=sys.stderr, flush=True)
+            failed.append(name)
+            continue
         summary = json.load(open(os.path.join(run_dir, "summary.json")))
         res = {"scenario": name, "random_avg": rnd, "random_std": rnd_std,
                "final_avg100": summary.get("moving_avg"), "final_long": summary.get("long_avg"),
@@ -152,7 +157,9 @@ def main(argv=None):
         fh.write(markdown(results))
     plot(results, os.path.join(args.out, "curves.png"))
     print(markdown(results))
-    return 0
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -109,7 +109,7 @@ def test_ray_flags_fit_the_train_parser():
     args = p.parse_args(["train", "--ray", "auto", "--nodes", "3", "--workers", "4", "--sync-every", "50"])
     assert (args.ray, args.nodes, args.workers, args.sync_every) == ("auto", 3, 4, 50)
     opts = ray_options_from_args(args)
-    assert (opts.address, opts.nodes, opts.sync_every, opts.sync_ms) == ("auto", 3, 50, 500.0)
+    assert (opts.address, opts.nodes, opts.sync_every, opts.sync_ms) == ("auto", 3, 50, 200.0)
     assert p.parse_args(["train", "--ray"]).ray == "local"
     assert misplaced_ray_flags(p.parse_args(["train", "--nodes", "2", "--shards", "2"])) == \
         ["--nodes", "--shards"]

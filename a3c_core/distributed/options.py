@@ -19,9 +19,11 @@ class RayOptions:
     shards: int = 1
     #: sync after this many local updates (0 = only by time)
     sync_every: int = 0
-    #: sync after this many milliseconds (0 = only by updates); 500 ms keeps a
-    #: doom-lstm node's sync thread near 5 % of one core (bench/RAY.md)
-    sync_ms: float = 500.0
+    #: sync after this many milliseconds (0 = only by updates).  On doom:basic with
+    #: 2 nodes, 200 ms learned per step like one threaded process where 500 ms
+    #: did not (bench/RESULTS.md); a round costs a doom-lstm node ~13-19 ms of
+    #: CPU, so 200 ms is ~8 % of one core (bench/RAY.md)
+    sync_ms: float = 200.0
     #: where the optimizer statistics live: "local" (per node) or "global" (averaged at the shards)
     opt_state: str = "local"
     #: CPUs each node actor reserves (0 = cfg.workers)
