@@ -103,14 +103,21 @@ def plot(results, out_png):
 
 
 def markdown(results):
-    lines = ["| scenario | random avg | final avg100 | final avg1000 | best long avg | steps | episodes |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    """The results table (markdown) and the commands.  ``× random`` is the final
+    long average over the random policy's where the latter is positive;
+    ``gain`` is their difference (every scenario)."""
+    lines = ["| scenario | random avg | final avg100 | final avg1000 | best long avg | gain | × random "
+             "| steps | episodes |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         def f(x):
             return "n/a" if x is None else f"{x:.1f}"
+        final = r["final_long"] if r["final_long"] is not None else r["final_avg100"]
+        gain = None if final is None else final - r["random_avg"]
+        ratio = f"{final / r['random_avg']:.2f}" if final is not None and r["random_avg"] > 0 else "–"
         lines.append(f"| {r['scenario']} | {r['random_avg']:.1f} ± {r['random_std']:.1f} | "
                      f"{f(r['final_avg100'])} | {f(r['final_long'])} | {f(r['best_long'])} | "
-                     f"{r['steps']:,} | {r['episodes']:,} |")
+                     f"{f(gain)} | {ratio} | {r['steps']:,} | {r['episodes']:,} |")
     lines.append("")
     lines.append("Commands:")
     lines += [f"- `{r['command']}`" for r in results]
@@ -125,7 +132,17 @@ def main(argv=None):
     p.add_argument("--only", default="", help="comma-separated subset of scenarios")
     p.add_argument("--random-episodes", type=int, default=30)
     p.add_argument("--out", default="bench/out/scenarios")
+    p.add_argument("--report", action="store_true",
+                   help="only rewrite results.md and curves.png from --out's results.json")
     args = p.parse_args(argv)
+    if args.report:
+        with open(os.path.join(args.out, "results.json")) as fh:
+            results = json.load(fh)
+        with open(os.path.join(args.out, "results.md"), "w") as fh:
+            fh.write(markdown(results))
+        plot(results, os.path.join(args.out, "curves.png"))
+        print(markdown(results))
+        return 0
     names = [s for s in args.only.split(",") if s] or list(SCENARIOS)
     unknown = sorted(set(names) - set(SCENARIOS))
     if unknown:
