@@ -228,6 +228,8 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=None, help="compare: learning rate of both runs "
                     "(default: the config default)")
     args = ap.parse_args(argv)
+    if args.what == "sync" and (args.only or args.lr):
+        ap.error("--only and --lr apply to compare, not to sync")
     if args.what == "sync":
         args.shards = args.shards or "1,2,4"
         args.opt_state = args.opt_state or "local,global"

@@ -124,6 +124,16 @@ def markdown(results):
     return "\n".join(lines) + "\n"
 
 
+def report(results, out):
+    """Write ``results.md`` and ``curves.png`` to ``out`` and print the table."""
+    table = markdown(results)
+    with open(os.path.join(out, "results.md"), "w") as fh:
+        fh.write(table)
+    if results:
+        plot(results, os.path.join(out, "curves.png"))
+    print(table)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=10.0, help="training budget per scenario")
@@ -136,12 +146,13 @@ def main(argv=None):
                    help="only rewrite results.md and curves.png from --out's results.json")
     args = p.parse_args(argv)
     if args.report:
-        with open(os.path.join(args.out, "results.json")) as fh:
-            results = json.load(fh)
-        with open(os.path.join(args.out, "results.md"), "w") as fh:
-            fh.write(markdown(results))
-        plot(results, os.path.join(args.out, "curves.png"))
-        print(markdown(results))
+        path = os.path.join(args.out, "results.json")
+        try:
+            with open(path) as fh:
+                results = json.load(fh)
+        except (OSError, ValueError) as e:
+            p.error(f"--report needs a suite's {path}: {e}")
+        report(results, args.out)
         return 0
     names = [s for s in args.only.split(",") if s] or list(SCENARIOS)
     unknown = sorted(set(names) - set(SCENARIOS))
@@ -170,10 +181,7 @@ def main(argv=None):
         print(f"{name}: random {rnd:.1f}; {final}", flush=True)
         with open(os.path.join(args.out, "results.json"), "w") as fh:
             json.dump(results, fh, indent=1)
-    with open(os.path.join(args.out, "results.md"), "w") as fh:
-        fh.write(markdown(results))
-    plot(results, os.path.join(args.out, "curves.png"))
-    print(markdown(results))
+    report(results, args.out)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
