@@ -89,6 +89,27 @@ def test_adam_hand_computed():
     np.testing.assert_allclose(p, [0.9 - step], rtol=1e-5)
 
 
+def test_adam_moment_stats_against_numpy():
+    """The logged diagnostics: sqrt(mean v_hat) and rms(m_hat / (sqrt(v_hat) + eps))."""
+    rng = np.random.default_rng(3)
+    opt = Adam(500, lr=1e-3, eps=1e-6)
+    p = np.zeros(500, np.float32)
+    for k in range(7):
+        opt.apply(p, (rng.standard_normal(500) * (k + 1)).astype(np.float32))
+    t = opt.step
+    m = opt.exp_avg.astype(np.float64) / (1 - 0.9 ** t)
+    v = opt.exp_avg_sq.astype(np.float64) / (1 - 0.999 ** t)
+    den, upd = opt.moment_stats()
+    assert den == pytest.approx(np.sqrt(v.mean()), rel=1e-12)
+    assert upd == pytest.approx(np.sqrt(np.mean((m / (np.sqrt(v) + 1e-6)) ** 2)), rel=1e-9)
+    # one constant gradient: every step is lr in size (|m_hat / sqrt(v_hat)| = 1)
+    opt = Adam(10)
+    g = np.full(10, 0.25, np.float32)
+    for _ in range(5):
+        opt.apply(np.zeros(10, np.float32), g)
+    assert opt.moment_stats() == (pytest.approx(0.25, rel=1e-6), pytest.approx(1.0, rel=1e-5))
+
+
 def test_adam_shared_step_count_threads():
     n, workers, per = 64, 4, 200
     opt = Adam(n, lr=1e-4)

@@ -135,6 +135,40 @@ def test_bootstrap_step_does_not_touch_recorded_rows():
     np.testing.assert_array_equal(_roll(net, actions, ret, adv)["grads"], g1)
 
 
+@pytest.mark.parametrize("spec", ["doom-lstm", "doom-ff"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_single_step_kernel_is_the_plain_step_and_leaves_the_rollout_alone(spec, dtype):
+    """A training worker's net runs unrecorded steps with the recording kernel
+    (one compiled step kernel): the outputs are the plain kernel's, bitwise,
+    and its one-step rows are its own, never the rollout's."""
+    plain = build_network(spec, (1, 30, 26), 3, dtype=dtype, seed=8)
+    net = plain.fork()
+    net.single_step_kernel = True
+    assert plain._fused and not plain.single_step_kernel
+    obs, actions, ret, adv, state = _rollout(net, 4)
+    s_p = s_n = state
+    for t in range(4):
+        p_ref, v_ref, s_p = plain.step(obs[t], s_p)
+        p, v, s_n = net.step(obs[t], s_n)
+        assert v == v_ref
+        np.testing.assert_array_equal(p, p_ref)
+        if net.recurrent:
+            for a, b in zip(s_n, s_p):
+                np.testing.assert_array_equal(a, b)
+    # interleaved with a recording: the rows and the gradient are unchanged
+    _, _, s = _record_steps(plain, obs[:3], state, t_cap=3)
+    g_ref = _roll(plain, actions[:3], ret[:3], adv[:3])["grads"]
+    net.begin_rollout(3)
+    s = state
+    for t in range(3):
+        _, _, s = net.step(obs[t], s, record=True)
+        net.step(obs[3] * 0.5, net.initial_state())     # unrecorded, another state
+    assert net.recorded_steps == 3
+    np.testing.assert_array_equal(_roll(net, actions[:3], ret[:3], adv[:3])["grads"], g_ref)
+    with pytest.raises(ValueError, match="NaN|finite"):
+        net.step(np.full_like(obs[0], np.nan), state)
+
+
 def test_recording_restarts_and_errors():
     net = build_network("mlp-lstm", (7,), 3, dtype=np.float64, seed=7)
     obs, actions, ret, adv, state = _rollout(net, 4)

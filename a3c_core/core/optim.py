@@ -277,6 +277,28 @@ class Adam(Optimizer):
                 self.step -= 1
             raise
 
+    def moment_stats(self):
+        """Diagnostics of the shared moments, for logs (one read pass, racy but finite).
+
+        Returns ``(denominator_rms, update_rms)``: ``sqrt(mean(v_hat))``, the
+        gradient RMS per element that Adam's second moments currently expect,
+        and ``rms(m_hat / (sqrt(v_hat) + eps))``, the RMS of the step in units
+        of ``lr`` that the next apply of a zero gradient would take.  A gradient
+        whose per-element RMS is many times the first moves every parameter by
+        up to ``(1-beta1)/sqrt(1-beta2)`` (3.2 at the defaults) times ``lr``.
+        """
+        t = max(self.step, 1)
+        bc1 = 1.0 / (1.0 - self.beta1 ** t)
+        bc2 = 1.0 / (1.0 - self.beta2 ** t)
+        v = self.exp_avg_sq.astype(np.float64) * bc2
+        den_rms = float(np.sqrt(v.mean()))
+        np.sqrt(v, out=v)
+        v += self.eps
+        u = self.exp_avg.astype(np.float64)
+        u *= bc1
+        u /= v
+        return den_rms, float(np.sqrt(np.mean(u * u)))
+
 
 OPTIMIZERS = {"sgd": SGD, "rmsprop": RMSProp, "adam": Adam}
 

@@ -156,14 +156,9 @@ class Node:
 
     # -- setup ------------------------------------------------------------
     def _warm_up(self, net):
-        from a3c_core.sampling import sample_categorical
+        from a3c_core.train.worker import warm_up_network
 
-        obs_shape = tuple(self.setup["net_spec"]["obs_shape"])
-        obs = np.zeros((2,) + obs_shape, np.float32)
-        probs, _, _ = net.step(obs[0], net.initial_state())
-        sample_categorical(probs, 0.5)
-        z = np.zeros(2, np.float32)
-        net.loss_and_grad(obs, np.zeros(2, np.int64), z, z, net.initial_state())
+        warm_up_network(net, self.cfg.cross_episode)
 
     def ready(self):
         """``{"node_id": Ray node id, "host": hostname, "restarted": bool, "pid"}``."""

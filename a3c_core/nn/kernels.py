@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir as llvm_ir
+from numba import carray
 from numba.core import types
 from numba.extending import intrinsic, overload, register_jitable
 
@@ -1040,30 +1041,51 @@ DOOM_STATIC_INTS = (2, 10, 16, 17)
 DOOM_STATIC_OFFS = 5
 
 
+@intrinsic
+def _elem_ptr(typingctx, arr, offset):
+    """Pointer to element ``offset`` of a contiguous 1-D array (no bounds check)."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C"
+            and isinstance(offset, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        return builder.gep(ary.data, [args[1]])
+    return types.CPointer(arr.dtype)(arr, offset), codegen
+
+
+# The views are built from a pointer with ``carray`` rather than by slicing and
+# ``reshape``: a runtime-shaped reshape brings Numba's shape-error path
+# (exception formatting: ~8 s of first-run compile for the ~60 views of the two
+# packed step kernels).  ``meta`` is written by the network from its own
+# layout (network.py, ``_packed_static``), so the views are in bounds by
+# construction; the parity tests compare the packed and unpacked steps.
+@kernel(inline="always")
+def _pbuf(params, scratch, meta, i):
+    return _elem_ptr(params if meta[i, 0] == 0 else scratch, meta[i, 1])
+
+
 @kernel(inline="always")
 def _pv(params, scratch, meta, i):
     """Flat view of packed array ``i``."""
-    o = meta[i, 1]
-    n = meta[i, 2] * meta[i, 3] * meta[i, 4] * meta[i, 5]
-    if meta[i, 0] == 0:
-        return params[o:o + n]
-    return scratch[o:o + n]
+    return carray(_pbuf(params, scratch, meta, i),
+                  meta[i, 2] * meta[i, 3] * meta[i, 4] * meta[i, 5])
 
 
 @kernel(inline="always")
 def _pv2(params, scratch, meta, i):
-    return _pv(params, scratch, meta, i).reshape((meta[i, 2], meta[i, 3]))
+    return carray(_pbuf(params, scratch, meta, i), (meta[i, 2], meta[i, 3]))
 
 
 @kernel(inline="always")
 def _pv3(params, scratch, meta, i):
-    return _pv(params, scratch, meta, i).reshape((meta[i, 2], meta[i, 3], meta[i, 4]))
+    return carray(_pbuf(params, scratch, meta, i), (meta[i, 2], meta[i, 3], meta[i, 4]))
 
 
 @kernel(inline="always")
 def _pv4(params, scratch, meta, i):
-    return _pv(params, scratch, meta, i).reshape((meta[i, 2], meta[i, 3], meta[i, 4],
-                                                  meta[i, 5]))
+    return carray(_pbuf(params, scratch, meta, i), (meta[i, 2], meta[i, 3], meta[i, 4],
+                                                    meta[i, 5]))
 
 
 @kernel(inline="always")

@@ -216,6 +216,13 @@ class Network:
     object's scratch.  Use :meth:`fork` for another thread.
     """
 
+    #: fused (doom) step only: run unrecorded steps with the recording kernel
+    #: too, writing one-step rows of their own.  A training worker records every
+    #: step but its bootstrap; with this set, a trainer's first run compiles one
+    #: step kernel instead of two (bench/compile_time.py).  Inference (Policy)
+    #: keeps the plain kernel, which copies nothing.
+    single_step_kernel = False
+
     def __init__(self, name, obs_shape, n_actions, kwargs, dtype=np.float32, seed=0):
         if name not in SPECS:
             raise _spec_error(f"unknown network spec {name!r}")
@@ -299,6 +306,7 @@ class Network:
                 p[d.name + ".weight"], p[d.name + ".bias"], feat, K.ACT_CODES[d.act],
                 self.recurrent, *lstm, self._gates1, *heads)
             self._step_packed = _pack_doom_static(self._step_static, self._params)
+            self._spare_static = None
         else:
             self._step_chain = [L.step_call(p, dt) for L in self.encoder]
             self._core_static = (self.recurrent, *lstm)
@@ -410,7 +418,11 @@ class Network:
                                       self.recurrent and state is not self._rec_state)
             self._rec_state = new_state
         elif self._fused:
-            value = K.doom_step_packed(obs, h, c, h_out, c_out, probs, *self._step_packed)
+            if self.single_step_kernel:
+                value = K.doom_step_rec_packed(0, obs, h, c, h_out, c_out, probs,
+                                               *self._step_packed, *self._spare_rows())
+            else:
+                value = K.doom_step_packed(obs, h, c, h_out, c_out, probs, *self._step_packed)
             if value != value and not K.all_finite(obs):    # NaN value: bad input?
                 raise _bad_obs()
         else:
@@ -423,6 +435,21 @@ class Network:
             value = K.core_heads_step(x, *self._core_static, h, c, self._gates1, h_out, c_out,
                                       *self._heads_static, probs)
         return probs, value, new_state
+
+    def _spare_rows(self):
+        """One-step rows of its own for an unrecorded fused step that runs the
+        recording kernel (:attr:`single_step_kernel`); never the rollout's."""
+        if self._spare_static is None:
+            dt = self._dtype
+            ws1, ws2, wsd = (L.workspace(1, dt) for L in self.encoder)
+            if self.recurrent:
+                cws = self.core.workspace(1, dt)
+                lstm = (cws["gates"], cws["hs"], cws["cs"])
+            else:
+                lstm = (np.empty((1, 4), dt), np.empty((2, 1), dt), np.empty((2, 1), dt))
+            self._spare_static = (np.empty((1,) + self.obs_shape, dt), ws1["z"], ws2["flat"],
+                                  wsd["y"], *lstm)
+        return self._spare_static
 
     def _step_record(self, obs, h, c, h_out, c_out, probs, new_state):
         """``step`` body that also writes rollout row ``t``; returns the value.

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import os
 import re
 import signal
@@ -433,7 +434,7 @@ class Trainer:
     # -- the run ------------------------------------------------------------
     def _warm_up(self):
         """Compile (first run) or load (cached) the Numba kernels before the clock starts."""
-        from a3c_core.sampling import sample_categorical
+        from a3c_core.train.worker import warm_up_network
 
         notice = threading.Timer(
             1.5, lambda: print("compiling Numba kernels (first run only; cached afterwards)...",
@@ -444,21 +445,7 @@ class Trainer:
             obs_shape = tuple(self.net_spec["obs_shape"])
             net = self._build_network(self.spec_name, obs_shape, self.net_spec["n_actions"],
                                       seed=self.cfg.seed, **self.net_kwargs)
-            obs = np.zeros((3,) + obs_shape, np.float32)
-            probs, _, _ = net.step(obs[0], net.initial_state())
-            sample_categorical(probs, 0.5)
-            zeros = np.zeros(3, np.float32)
-            # the worker's path only (recorded steps + backward-only update;
-            # loss_and_grad's batched forward is never called by a worker)
-            resets = (False, True) if self.cfg.cross_episode and net.recurrent else (False,)
-            for reset in resets:
-                net.begin_rollout(3)
-                s = net.initial_state()
-                for t in range(3):
-                    if reset and t == 2:
-                        s = net.initial_state()
-                    _, _, s = net.step(obs[t], s, record=True)
-                net.rollout_grad(np.zeros(3, np.int64), zeros, zeros)
+            warm_up_network(net, self.cfg.cross_episode)
         finally:
             notice.cancel()
 
@@ -630,6 +617,16 @@ class Trainer:
                 log.scalar(f"losses/{name}", d[i] / n_upd, steps, el)
         if d[5] > 0:
             log.scalar("losses/skipped_updates", d[5], steps, el)
+        stats = getattr(self.shared.optimizer, "moment_stats", None)
+        if stats is not None and self.shared.updates > 0:
+            den_rms, upd_rms = stats()
+            log.scalar("optim/adam_denominator_rms", den_rms, steps, el)
+            log.scalar("optim/adam_update_rms", upd_rms, steps, el)
+            if n_upd > 0 and den_rms > 0:
+                # mean gradient norm over the interval / the norm Adam expects
+                log.scalar("optim/grad_to_adam_ratio",
+                           d[3] / n_upd / (den_rms * math.sqrt(self.shared.optimizer.n_params)),
+                           steps, el)
         log.flush()
 
     def _final_checkpoints(self):

@@ -184,6 +184,8 @@ class Worker:
         self.wid = wid
         self.env = env
         self.net = net
+        if hasattr(net, "single_step_kernel"):
+            net.single_step_kernel = True     # one compiled step kernel (nn.network)
         self.pipe = pipeline
         self.store = store
         self.s = settings
@@ -406,3 +408,26 @@ class Worker:
                 break
             self.rollout()
 
+
+def warm_up_network(net, cross_episode=False):
+    """Run a worker's kernels once on ``net`` (compiling or loading them):
+    steps recorded and not (the bootstrap), the sampler and the
+    backward-only update; never ``loss_and_grad``'s batched forward, which a
+    worker does not call.  ``cross_episode``: also a rollout with a reset."""
+    from a3c_core.sampling import sample_categorical
+
+    if hasattr(net, "single_step_kernel"):
+        net.single_step_kernel = True
+    obs = np.zeros((3,) + tuple(net.obs_shape), net.dtype)
+    probs, _, _ = net.step(obs[0], net.initial_state())
+    sample_categorical(probs, 0.5)
+    zeros = np.zeros(3, np.float32)
+    resets = (False, True) if cross_episode and net.recurrent else (False,)
+    for reset in resets:
+        net.begin_rollout(3)
+        s = net.initial_state()
+        for t in range(3):
+            if reset and t == 2:
+                s = net.initial_state()
+            _, _, s = net.step(obs[t], s, record=True)
+        net.rollout_grad(np.zeros(3, np.int64), zeros, zeros)
