@@ -10,7 +10,7 @@ wall time and its CPU time (user + sys, which a busy machine disturbs less
 than wall time), and with ``--events`` the kernels that took longest
 (numba's compile events, inclusive of the kernels they inline).
 
-    python bench/compile_time.py --repeats 2 [--spec doom-lstm] [--policy] [--events]
+    python bench/compile_time.py --repeats 2 [--spec doom-lstm] [--policy] [--events] [--tree DIR]
 """
 from __future__ import annotations
 
@@ -47,18 +47,33 @@ net = build_network(SPEC, tuple(SHAPE), 3, dtype=np.float32)
 if PLAIN:
     net.step(np.zeros(net.obs_shape, np.float32), net.initial_state())   # what Policy runs
 else:
-    from a3c_core.train.worker import warm_up_network
+    try:
+        from a3c_core.train.worker import warm_up_network
+    except ImportError:     # a tree before 2026-11-24 (--tree): its Trainer._warm_up, written out
+        def warm_up_network(net):
+            from a3c_core.sampling import sample_categorical
+            obs = np.zeros((3,) + tuple(net.obs_shape), np.float32)
+            probs, _, _ = net.step(obs[0], net.initial_state())
+            sample_categorical(probs, 0.5)
+            net.begin_rollout(3)
+            s = net.initial_state()
+            for t in range(3):
+                _, _, s = net.step(obs[t], s, record=True)
+            net.rollout_grad(np.zeros(3, np.int64), np.zeros(3, np.float32), np.zeros(3, np.float32))
     warm_up_network(net)                                                  # what Trainer runs
 print(json.dumps({"seconds": time.perf_counter() - t0, "import": t_import, "events": events}))
 """
 
 
-def _run(spec, shape, cache, events, plain=False):
+def _run(spec, shape, cache, events, plain=False, tree=""):
     code = (CHILD.replace("EVENTS", repr(events)).replace("SPEC", repr(spec))
             .replace("SHAPE", repr(list(shape))).replace("PLAIN", repr(plain)))
     env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+    if tree:
+        env["PYTHONPATH"] = os.path.abspath(tree) + os.pathsep + env.get("PYTHONPATH", "")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         cwd=os.path.abspath(tree) if tree else None)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode:
         raise SystemExit(f"compile_time: the child failed:\n{out.stderr}")
@@ -73,6 +88,8 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--events", action="store_true", help="per-kernel compile seconds (first repetition)")
     p.add_argument("--policy", action="store_true", help="the inference path (Policy) instead of the trainer's")
+    p.add_argument("--tree", default="", help="import a3c_core from this source tree (e.g. a git "
+                   "worktree of another commit, its extensions built) instead of the installed one")
     p.add_argument("--json", default="", help="also write the results here")
     a = p.parse_args(argv)
     if a.repeats < 1:
@@ -82,8 +99,8 @@ def main(argv=None):
     for r in range(a.repeats):
         cache = tempfile.mkdtemp(prefix="a3c_compile_")
         try:
-            cold = _run(a.spec, shape, cache, a.events and r == 0, a.policy)
-            warm = _run(a.spec, shape, cache, False, a.policy)
+            cold = _run(a.spec, shape, cache, a.events and r == 0, a.policy, a.tree)
+            warm = _run(a.spec, shape, cache, False, a.policy, a.tree)
         finally:
             shutil.rmtree(cache, ignore_errors=True)
         rows.append({"cold_s": cold["seconds"], "cold_cpu_s": cold["cpu"], "warm_s": warm["seconds"],
