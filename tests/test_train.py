@@ -58,6 +58,24 @@ def test_cli_train_eval_resume_doom(tmp_path, monkeypatch, capsys):
     assert ck2.meta["counters"]["resumes"] == 1
 
 
+def test_adam_moment_scalars_are_logged(tmp_path):
+    """optim/* scalars: Adam's live moments, finite and positive once updates ran."""
+    run = str(tmp_path / "run")
+    rc = main(["train", "--env", "CartPole-v1", "--workers", "1", "--total-steps", "0",
+               "--total-seconds", "2.5", "--log-interval", "0.5", "--run-dir", run, "--quiet",
+               "--no-tensorboard"])
+    assert rc == 0
+    vals = {}
+    with open(os.path.join(run, "metrics.csv")) as fh:
+        for row in csv.DictReader(fh):
+            if row["name"].startswith("optim/"):
+                vals.setdefault(row["name"], []).append(float(row["value"]))
+    assert set(vals) == {"optim/adam_denominator_rms", "optim/adam_update_rms",
+                         "optim/grad_to_adam_ratio"}
+    for name, v in vals.items():
+        assert all(np.isfinite(x) and x > 0 for x in v), (name, v)
+
+
 def test_cli_train_cartpole_and_gif_free_eval(tmp_path, capsys):
     run = str(tmp_path / "cp")
     rc = main(["train", "--env", "CartPole-v1", "--workers", "2", "--total-steps", "600",

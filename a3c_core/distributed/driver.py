@@ -76,6 +76,8 @@ class _NodeSlot:
 class RayTrainer(Trainer):
     """A :class:`Trainer` whose workers run in Ray node actors (see the module docstring)."""
 
+    _live_optimizer = False      # the nodes hold the live statistics
+
     def __init__(self, cfg, ray_options: RayOptions | None = None, *, resume=None, out=None):
         self.opts = (ray_options or RayOptions()).validate()
         self._own_ray = False

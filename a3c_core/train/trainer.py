@@ -172,6 +172,11 @@ class Trainer:
     :func:`train` is the one-call version.  ``run()`` may be called once.
     """
 
+    #: ``shared.optimizer`` is the one the workers apply to (its moments are
+    #: live and logged as ``optim/*``); a Ray driver's copy is only refreshed
+    #: at checkpoints, so it says False
+    _live_optimizer = True
+
     def __init__(self, cfg: Config, *, resume: str | None = None, out=None):
         from a3c_core import checkpoint as _ck
         from a3c_core.core import SharedState, make_optimizer
@@ -618,7 +623,7 @@ class Trainer:
         if d[5] > 0:
             log.scalar("losses/skipped_updates", d[5], steps, el)
         stats = getattr(self.shared.optimizer, "moment_stats", None)
-        if stats is not None and self.shared.updates > 0:
+        if stats is not None and self._live_optimizer and self.shared.updates > 0:
             den_rms, upd_rms = stats()
             log.scalar("optim/adam_denominator_rms", den_rms, steps, el)
             log.scalar("optim/adam_update_rms", upd_rms, steps, el)
