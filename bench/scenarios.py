@@ -20,6 +20,7 @@ import argparse
 import csv
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -57,10 +58,10 @@ def read_episodes(run_dir):
     return t, ret
 
 
-def train(scenario, minutes, workers, seed, run_dir):
+def train(scenario, minutes, workers, seed, run_dir, extra=()):
     cmd = [sys.executable, "-m", "a3c_core", "train", "--env", f"doom:{scenario}",
            "--workers", str(workers), "--seed", str(seed), "--total-steps", "0",
-           "--total-seconds", str(minutes * 60), "--run-dir", run_dir, "--quiet"]
+           "--total-seconds", str(minutes * 60), "--run-dir", run_dir, "--quiet", *extra]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -142,6 +143,9 @@ def main(argv=None):
     p.add_argument("--only", default="", help="comma-separated subset of scenarios")
     p.add_argument("--random-episodes", type=int, default=30)
     p.add_argument("--out", default="bench/out/scenarios")
+    p.add_argument("--train-args", default="",
+                   help="extra flags for every `a3c train`, one string, e.g. "
+                        "--train-args='--normalize-advantages' (default: none, the defaults)")
     p.add_argument("--report", action="store_true",
                    help="only rewrite results.md and curves.png from --out's results.json")
     args = p.parse_args(argv)
@@ -166,7 +170,8 @@ def main(argv=None):
             p.error(f"{run_dir} exists; remove it or choose another --out")
         rnd, rnd_std = random_policy_average(name, args.random_episodes, args.seed)
         try:
-            command, wall, final = train(name, args.minutes, args.workers, args.seed, run_dir)
+            command, wall, final = train(name, args.minutes, args.workers, args.seed, run_dir,
+                                         shlex.split(args.train_args))
         except RuntimeError as e:   # one scenario's failure must not lose the others
             print(f"{name}: FAILED\n{e}", file=sys.stderr, flush=True)
             failed.append(name)

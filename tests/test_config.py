@@ -45,6 +45,8 @@ def test_net_kwargs_honour_or_reject_spec_fields():
         ("workers", -1),
         ("lr", -1e-3),
         ("max_grad_norm", -1.0),
+        ("adam_clip_relative", -1.0),
+        ("adam_clip_relative", float("nan")),
         ("hidden", "64,abc"),
         ("hidden", "0"),
         ("hidden", "64,0"),

@@ -58,22 +58,31 @@ def test_cli_train_eval_resume_doom(tmp_path, monkeypatch, capsys):
     assert ck2.meta["counters"]["resumes"] == 1
 
 
-def test_adam_moment_scalars_are_logged(tmp_path):
-    """optim/* scalars: Adam's live moments, finite and positive once updates ran."""
+@pytest.mark.parametrize("clip", [None, "1.0"])
+def test_adam_moment_scalars_are_logged(tmp_path, clip):
+    """optim/* scalars: Adam's live moments, finite and positive once updates ran;
+    with the relative clip on, the fraction of updates it shrank (beta2 0.9: a
+    10-apply warm-up, and a clip at 1x the expected norm that must bite)."""
     run = str(tmp_path / "run")
+    extra = [] if clip is None else ["--adam-clip-relative", clip, "--adam-beta2", "0.9"]
     rc = main(["train", "--env", "CartPole-v1", "--workers", "1", "--total-steps", "0",
                "--total-seconds", "2.5", "--log-interval", "0.5", "--run-dir", run, "--quiet",
-               "--no-tensorboard"])
+               "--no-tensorboard", *extra])
     assert rc == 0
     vals = {}
     with open(os.path.join(run, "metrics.csv")) as fh:
         for row in csv.DictReader(fh):
             if row["name"].startswith("optim/"):
                 vals.setdefault(row["name"], []).append(float(row["value"]))
-    assert set(vals) == {"optim/adam_denominator_rms", "optim/adam_update_rms",
-                         "optim/grad_to_adam_ratio"}
+    names = {"optim/adam_denominator_rms", "optim/adam_update_rms", "optim/grad_to_adam_ratio"}
+    frac = vals.pop("optim/relative_clip_fraction", None)
+    assert set(vals) == names
     for name, v in vals.items():
         assert all(np.isfinite(x) and x > 0 for x in v), (name, v)
+    if clip is None:
+        assert frac is None
+    else:
+        assert frac and all(0.0 <= x <= 1.0 for x in frac) and max(frac) > 0, frac
 
 
 def test_cli_train_cartpole_and_gif_free_eval(tmp_path, capsys):

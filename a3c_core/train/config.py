@@ -97,6 +97,7 @@ class Config:
     adam_beta1: float = _f(0.9, "Adam beta1, in [0, 1)")
     adam_beta2: float = _f(0.999, "Adam beta2, in [0, 1)")
     adam_eps: float = _f(1e-8, "Adam epsilon, > 0")
+    adam_clip_relative: float = _f(0.0, "Adam: also clip each gradient to this many times the norm Adam's second moments expect, sqrt(sum v_hat), so that a burst after convergence cannot move every weight by 3.2 x lr (0 = off; see Adam.clip_scale)")
     entropy_beta: float = _f(0.01, "entropy bonus coefficient, in [0, 10] (rewards are normalized by default, so one value fits every env)")
     value_coef: float = _f(0.5, "value-loss coefficient, in [0, 1000]")
     max_grad_norm: float = _f(40.0, "global gradient-norm clip (0 = no clipping)")
@@ -242,6 +243,8 @@ class Config:
             bad("adam_beta2", "must be in [0, 1)")
         if self.adam_eps <= 0:
             bad("adam_eps", "must be > 0")
+        if not 0.0 <= self.adam_clip_relative <= 1e9:
+            bad("adam_clip_relative", "must be in [0, 1e9] (0 = off)")
         if self.lr_anneal and self.total_steps == 0:
             bad("lr_anneal", "needs total_steps > 0 to anneal over")
         if self.reward_scale is not None and not self.reward_scale > 0:

@@ -176,6 +176,7 @@ class Trainer:
     #: live and logged as ``optim/*``); a Ray driver's copy is only refreshed
     #: at checkpoints, so it says False
     _live_optimizer = True
+    _relative_clips_logged = 0
 
     def __init__(self, cfg: Config, *, resume: str | None = None, out=None):
         from a3c_core import checkpoint as _ck
@@ -297,7 +298,8 @@ class Trainer:
             return dict(lr=lr, alpha=c.rmsprop_alpha, eps=c.rmsprop_eps,
                         anneal_steps=c.total_steps if c.lr_anneal else 0)
         if c.optimizer == "adam":
-            return dict(lr=lr, beta1=c.adam_beta1, beta2=c.adam_beta2, eps=c.adam_eps)
+            return dict(lr=lr, beta1=c.adam_beta1, beta2=c.adam_beta2, eps=c.adam_eps,
+                        clip_relative=c.adam_clip_relative)
         return dict(lr=lr)
 
     def _settings(self) -> RolloutSettings:
@@ -632,6 +634,11 @@ class Trainer:
                 log.scalar("optim/grad_to_adam_ratio",
                            d[3] / n_upd / (den_rms * math.sqrt(self.shared.optimizer.n_params)),
                            steps, el)
+            clips = self.shared.optimizer.relative_clips
+            if self.shared.optimizer.clip_relative > 0 and n_upd > 0:
+                log.scalar("optim/relative_clip_fraction",
+                           (clips - self._relative_clips_logged) / n_upd, steps, el)
+            self._relative_clips_logged = clips
         log.flush()
 
     def _final_checkpoints(self):
