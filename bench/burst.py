@@ -10,9 +10,11 @@ convergence (the run is copied, not changed).  For every clip setting and
 burst length K, in turn, from the same saved state each time:
 
 1. K rollouts of the converged policy (one worker, nothing applied) give K
-   real gradients; each is rescaled to ``--norm`` (40 = what the default norm
-   clip lets through; the collapse in bench/RESULTS.md had a gradient norm of
-   76-91 before the clip);
+   real gradients (``--source long``: only rollouts cut by ``t_max``, from
+   episodes that last longer than ``t_max`` steps, the failures a collapse
+   starts with in bench/RESULTS.md); each is rescaled to ``--norm`` (40 =
+   what the default norm clip lets through; the collapse had a gradient norm
+   of 76-91 before the clip; 0 = keep the gradient's own norm);
 2. the K gradients are applied through ``SharedState.apply`` (norm clip,
    then the relative clip when it is on), exactly as a worker's update;
 3. the agent plays ``--episodes`` episodes with the new parameters, nothing
@@ -126,15 +128,22 @@ def _trials(tr, args):
                 before = shared.params.copy()
                 norms = []
                 if k:
-                    cap.keep, cap.grads = True, []
+                    grads = []
                     w.start_episode()
-                    while len(cap.grads) < k:
-                        w.rollout()
+                    while len(grads) < k:
+                        cap.keep, cap.grads = True, []
+                        n, term, trunc, _ = w.rollout()
+                        # "long": only rollouts cut by t_max, i.e. inside an episode that
+                        # already lasts longer than t_max steps (a converged basic agent
+                        # needs ~6: these are the episodes it is failing)
+                        if cap.grads and (args.source == "any" or (n == cfg.t_max and not term)):
+                            grads.append(cap.grads[0])
                     cap.keep = False
-                    for g in cap.grads[:k]:
+                    for g in grads:
                         gn = float(np.linalg.norm(g.astype(np.float64)))
                         norms.append(gn)
-                        g *= np.float32(args.norm / gn)
+                        if args.norm > 0:
+                            g *= np.float32(args.norm / gn)
                         shared.apply(g, cfg.max_grad_norm)
                 move = float(np.abs(shared.params - before).mean() / opt.lr / max(k, 1))
                 ret = play(args.episodes)
@@ -171,7 +180,11 @@ def main(argv=None):
     p.add_argument("run_dir")
     p.add_argument("--clip", default="0,4", help="comma-separated clip_relative values (0 = off)")
     p.add_argument("--bursts", default="0,1,5,20", help="comma-separated burst lengths K")
-    p.add_argument("--norm", type=float, default=40.0, help="each burst gradient's norm")
+    p.add_argument("--norm", type=float, default=40.0,
+                   help="rescale each burst gradient to this norm (0 = keep its own)")
+    p.add_argument("--source", choices=("any", "long"), default="any",
+                   help="burst gradients from any rollout, or only from rollouts cut by "
+                        "t_max (episodes longer than t_max steps: a converged agent failing)")
     p.add_argument("--episodes", type=int, default=300)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", default="")
@@ -181,8 +194,8 @@ def main(argv=None):
         args.bursts = [int(x) for x in args.bursts.split(",") if x]
     except ValueError as e:
         p.error(f"--clip/--bursts: {e}")
-    if any(c < 0 for c in args.clip) or any(k < 0 for k in args.bursts) or not args.norm > 0:
-        p.error("--clip and --bursts must be >= 0 and --norm > 0")
+    if any(c < 0 for c in args.clip) or any(k < 0 for k in args.bursts) or not args.norm >= 0:
+        p.error("--clip, --bursts and --norm must be >= 0")
     if not os.path.isdir(args.run_dir):
         p.error(f"run directory not found: {args.run_dir}")
     rows = run(args)
