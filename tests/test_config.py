@@ -21,7 +21,12 @@ def test_defaults_are_the_standard_workload():
     for atari in ("ALE/Pong-v5", "PongNoFrameskip-v4", "gym:BreakoutNoFrameskip-v4"):
         a = Config(env=atari)
         assert a.is_atari() and a.effective_reward_clip() == 1.0 and a.bootstrap_truncated()
+        assert not a.advantages_normalized()
+        assert Config(env=atari, normalize_advantages=True).advantages_normalized()
     assert not Config(env="CartPole-v1").is_atari()
+    # advantages are normalized by default for doom and gymnasium envs, not Atari
+    assert c.advantages_normalized() and Config(env="CartPole-v1").advantages_normalized()
+    assert not Config(normalize_advantages=False).advantages_normalized()
 
 
 def test_net_kwargs_honour_or_reject_spec_fields():

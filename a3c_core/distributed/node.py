@@ -129,7 +129,7 @@ class Node:
         self.normalizers = {}
         if cfg.reward_scale is None:
             self.normalizers["reward_normalizer"] = ReturnNormalizer(cfg.gamma)
-        if getattr(cfg, "normalize_advantages", False):
+        if cfg.advantages_normalized():
             from a3c_core.core.normalize import AdvantageNormalizer
 
             self.normalizers["advantage_normalizer"] = AdvantageNormalizer(

@@ -102,7 +102,7 @@ class Config:
     value_coef: float = _f(0.5, "value-loss coefficient, in [0, 1000]")
     max_grad_norm: float = _f(40.0, "global gradient-norm clip (0 = no clipping)")
     reward_scale: Optional[float] = _f(None, "multiply rewards by this fixed factor for learning (default: normalize them by the running standard deviation of the discounted return; see a3c_core.core.normalize)")
-    normalize_advantages: bool = _f(False, "divide advantages by their RMS, a moving average over advantage_horizon samples: the policy term gets a unit scale (CartPole-v1's plateau at ~430 rose to 456-482 in 40 s); not the default: on Breakout the gradient norm tripled and the entropy fell to 0.1 for a while (bench/RESULTS.md)")
+    normalize_advantages: Optional[bool] = _f(None, "divide advantages by their RMS, a moving average over advantage_horizon samples, so the policy term has a unit scale beside the entropy bonus (default: on for doom and gymnasium envs, off for Atari, whose sparse clipped rewards make most advantages value noise; bench/RESULTS.md)")
     advantage_horizon: float = _f(20_000.0, "with normalize_advantages: the advantages' RMS is a moving average over about this many samples (0 = over the whole run)")
     cross_episode: bool = _f(False, "rollouts of exactly t_max steps that run on into the next episode (LSTM state reset, no gradient across): one update per t_max steps however short the episodes")
     reward_clip: Optional[float] = _f(None, "clip raw rewards to [-reward_clip, reward_clip] for learning, before scaling; raw rewards are still reported (default 1 for Atari, 0 = off otherwise)")
@@ -146,6 +146,11 @@ class Config:
         if self.truncation_bootstrap is not None:
             return bool(self.truncation_bootstrap)
         return not self.is_doom()
+
+    def advantages_normalized(self) -> bool:
+        if self.normalize_advantages is not None:
+            return bool(self.normalize_advantages)
+        return not self.is_atari()
 
     def effective_reward_clip(self) -> float:
         if self.reward_clip is not None:

@@ -284,7 +284,7 @@ class Trainer:
         self.shared = SharedState(net.params, opt)
         self.normalizer = None if cfg.reward_scale is not None else ReturnNormalizer(cfg.gamma)
         self.adv_normalizer = (AdvantageNormalizer(horizon=cfg.advantage_horizon or None)
-                               if cfg.normalize_advantages else None)
+                               if cfg.advantages_normalized() else None)
         self.store = ThreadStore(self.shared, self.normalizer, self._on_episode, self.adv_normalizer)
         self.wall_offset = 0.0
         if ckpt is not None:
@@ -309,7 +309,7 @@ class Trainer:
             entropy_beta=c.entropy_beta, max_grad_norm=c.max_grad_norm,
             reward_scale=c.reward_scale, reward_clip=c.effective_reward_clip(),
             bootstrap_truncated=c.bootstrap_truncated(),
-            normalize_advantages=c.normalize_advantages, cross_episode=c.cross_episode)
+            normalize_advantages=c.advantages_normalized(), cross_episode=c.cross_episode)
 
     def _restore(self, ckpt):
         if ckpt.meta.get("optimizer") != self.cfg.optimizer:
