@@ -111,8 +111,12 @@ def final_line(res) -> str:
     if res.moving_avg is None:
         line += f"no episode finished; {where}"
     else:
-        line += (f"final raw reward avg{res.avg_window} {res.moving_avg:.2f}, "
-                 f"avg{res.long_window} {res.long_avg:.2f} ({where})")
+        line += f"final raw reward avg{res.avg_window} {res.moving_avg:.2f}"
+        if res.long_avg is not None and res.long_window != res.avg_window:
+            # fewer episodes than the short window (a short run, or a resume: the
+            # windows start again at a resume) put the same episodes in both
+            line += f", avg{res.long_window} {res.long_avg:.2f}"
+        line += f" ({where})"
     if res.best_checkpoint and res.best_avg is not None:
         line += (f"; best long-window avg {res.best_avg:.2f} at step {res.best_step:,} "
                  f"({res.best_checkpoint})")

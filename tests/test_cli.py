@@ -229,3 +229,18 @@ def test_compile_check_in_a_fresh_cache(tmp_path):
     assert str(tmp_path / "cache") in out.stdout
     out = a3c("compile", "--spec", "nope", env=env)
     assert out.returncode == 2 and "unknown spec" in out.stderr
+
+
+def test_final_line_gives_each_window_once():
+    from a3c_core.cli import final_line
+    from a3c_core.train.trainer import TrainResult
+
+    full = TrainResult("r", "done", 5000, 2500, 10.0, 80.5, "r/latest.npz", long_avg=79.25,
+                       avg_window=100, long_window=1000)
+    assert "final raw reward avg100 80.50, avg1000 79.25 (parameters in r/latest.npz)" in final_line(full)
+    # 13 episodes (e.g. since a resume): one window, printed once
+    short = TrainResult("r", "done", 80, 13, 1.0, 79.92, "r/latest.npz", long_avg=79.92,
+                        avg_window=13, long_window=13)
+    line = final_line(short)
+    assert "final raw reward avg13 79.92 (parameters in r/latest.npz)" in line
+    assert line.count("avg13") == 1
