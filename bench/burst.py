@@ -124,7 +124,7 @@ def _trials(tr, args):
                 for n, st in norms0:
                     n.load_state_dict(st)
                 opt.clip_relative = clip
-                opt.relative_clips = 0
+                opt.relative_clips = opt.relative_checks = 0
                 before = shared.params.copy()
                 norms = []
                 if k:

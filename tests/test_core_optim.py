@@ -157,6 +157,8 @@ def test_adam_relative_clip_against_numpy_twin():
         np.testing.assert_allclose(clipped.params, twin_p, rtol=2e-5, atol=1e-9)
     # the burst in the warm-up went through; the one after it was clipped
     assert clipped.optimizer.relative_clips == 1
+    # every apply was checked (warm-up included), read together with the clips
+    assert clipped.optimizer.relative_clip_counts() == (1, 130)
     assert Adam(3).clip_scale(5.0) == 1.0 and RMSProp(3).clip_scale(5.0) == 1.0
 
 

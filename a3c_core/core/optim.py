@@ -273,6 +273,7 @@ class Adam(Optimizer):
         self.clip_relative = _check_float("clip_relative", clip_relative, lo=0.0)
         self.step = 0
         self.relative_clips = 0    # applies whose gradient clip_scale shrank
+        self.relative_checks = 0   # applies clip_scale was asked about while the clip is on
         self._lock = threading.Lock()
         self._v_sum = 0.0          # sum(exp_avg_sq) (zeros now), kept by a scalar recurrence
         self._v_sum_step = 0       # step at which _v_sum was exact; None: unknown
@@ -339,14 +340,25 @@ class Adam(Optimizer):
         time constant of gradients.  1.0 when off or below the threshold.
         """
         c = self.clip_relative
-        if c <= 0.0 or self.step < round(1.0 / (1.0 - self.beta2)) or not norm > 0.0:
+        if c <= 0.0:
             return 1.0
-        limit = c * self.expected_grad_norm()
-        if norm <= limit:
-            return 1.0
+        if self.step < round(1.0 / (1.0 - self.beta2)) or not norm > 0.0:
+            scale = 1.0
+        else:
+            limit = c * self.expected_grad_norm()
+            scale = 1.0 if norm <= limit else limit / norm
         with self._lock:
-            self.relative_clips += 1
-        return limit / norm
+            # both counters move together, so a reader of relative_clip_counts()
+            # never sees a clip whose check it has not seen
+            self.relative_checks += 1
+            self.relative_clips += scale < 1.0
+        return scale
+
+    def relative_clip_counts(self):
+        """``(clips, checks)``, read together: applies the relative clip shrank,
+        and applies it was consulted on (every apply while ``clip_relative > 0``)."""
+        with self._lock:
+            return self.relative_clips, self.relative_checks
 
     def load_state_dict(self, d):
         super().load_state_dict(d)

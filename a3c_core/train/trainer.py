@@ -176,7 +176,7 @@ class Trainer:
     #: live and logged as ``optim/*``); a Ray driver's copy is only refreshed
     #: at checkpoints, so it says False
     _live_optimizer = True
-    _relative_clips_logged = 0
+    _relative_clips_logged = (0, 0)
 
     def __init__(self, cfg: Config, *, resume: str | None = None, out=None):
         from a3c_core import checkpoint as _ck
@@ -634,11 +634,16 @@ class Trainer:
                 log.scalar("optim/grad_to_adam_ratio",
                            d[3] / n_upd / (den_rms * math.sqrt(self.shared.optimizer.n_params)),
                            steps, el)
-            clips = self.shared.optimizer.relative_clips
-            if self.shared.optimizer.clip_relative > 0 and n_upd > 0:
-                log.scalar("optim/relative_clip_fraction",
-                           (clips - self._relative_clips_logged) / n_upd, steps, el)
-            self._relative_clips_logged = clips
+            if self.shared.optimizer.clip_relative > 0:
+                # both counts from the optimizer under one lock: the workers'
+                # interval stats (n_upd) are tallied after the apply, so a ratio
+                # against them could pass 1 when an update straddles the read
+                clips, checks = self.shared.optimizer.relative_clip_counts()
+                c0, k0 = self._relative_clips_logged
+                if checks > k0:
+                    log.scalar("optim/relative_clip_fraction",
+                               (clips - c0) / (checks - k0), steps, el)
+                self._relative_clips_logged = (clips, checks)
         log.flush()
 
     def _final_checkpoints(self):
