@@ -299,7 +299,8 @@ def im2col_nhwc(x__nhwc, kh, kw, stride, pad, cols__pk):
                 for i in range(kh):
                     s0 = ((b * h + y * stride + i) * w + xx * stride) * c
                     d0 = row * k_len + i * run
-                    cf[d0:d0 + run] = xf[s0:s0 + run]
+                    for e in range(run):
+                        cf[d0 + e] = xf[s0 + e]
 
 
 @kernel
@@ -444,8 +445,8 @@ def lstm_seq_backward(dhs__th, dhT__h, dcT__h, w_hh__gh, hs__th, cs__th, gates__
     one = da__tg.dtype.type(1)
     dh = dh0__h
     dc = dc0__h
-    dh[:] = dhT__h
-    dc[:] = dcT__h
+    _copy_row(dhT__h, dh)
+    _copy_row(dcT__h, dc)
     for t in range(t_len - 1, -1, -1):
         for k in range(hd):
             dht = dhs__th[t, k] + dh[k]
@@ -481,8 +482,8 @@ def lstm_seq_backward_reset(dhs__th, dhT__h, dcT__h, w_hh__gh, hs__th, cs__th, c
     one = da__tg.dtype.type(1)
     dh = dh0__h
     dc = dc0__h
-    dh[:] = dhT__h
-    dc[:] = dcT__h
+    _copy_row(dhT__h, dh)
+    _copy_row(dcT__h, dc)
     for t in range(t_len - 1, -1, -1):
         for k in range(hd):
             dht = dhs__th[t, k] + dh[k]
@@ -531,17 +532,20 @@ def heads_loss(h__th, wp__ah, bp__a, wv__1h, bv__1, actions__t, returns__t, adv_
     vl = 0.0
     ent = 0.0
     for t in range(t_len):
+        m = -np.inf
         for a in range(na):
             acc = zero
             for k in range(hd):
                 acc += wp__ah[a, k] * h__th[t, k]
             logits[a] = acc + bp__a[a]
+            # max by hand: NaN-propagating like ndarray.max (its overload costs compile time)
+            if logits[a] > m or logits[a] != logits[a]:
+                m = logits[a]
         acc = zero
         for k in range(hd):
             acc += wv__1h[0, k] * h__th[t, k]
         v = acc + bv__1[0]
         values__t[t] = v
-        m = logits.max()
         s = 0.0
         for a in range(na):
             s += np.exp(logits[a] - m)
