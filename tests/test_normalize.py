@@ -185,3 +185,32 @@ def test_advantage_normalizer_moving_rms_checkpoint_round_trip():
         b.load_state_dict({"count": 3})
     with pytest.raises(ValueError, match="horizon"):
         AdvantageNormalizer(horizon=0.5)
+
+
+@pytest.mark.parametrize("horizon", [None, 50.0])
+def test_advantage_normalizer_cap_against_numpy(horizon):
+    """max_scale=c: the scale is min(1 / RMS, c) (numpy twin), both for the
+    moving and the whole-run RMS, after a checkpoint round trip too; the
+    statistics themselves are those of the uncapped normalizer."""
+    from a3c_core.core.normalize import AdvantageNormalizer
+
+    rng = np.random.default_rng(3)
+    capped = AdvantageNormalizer(horizon=horizon, min_count=1, max_scale=4.0)
+    free = AdvantageNormalizer(horizon=horizon, min_count=1)
+    seen = []
+    big = 1.0 if horizon else 0.4      # the whole-run RMS must still fall below 1/4
+    for k in range(80):
+        x = rng.standard_normal(rng.integers(1, 30)) * (big if k < 10 else 0.02)
+        seen.append(x)
+        got, ref = capped.update(x), free.update(x)
+        assert got == pytest.approx(min(ref, 4.0), rel=1e-12)
+    all_x = np.concatenate(seen)
+    if horizon is None:
+        assert free.scale == pytest.approx(1 / math.sqrt(np.mean(all_x**2) + free.eps), rel=1e-9)
+    assert free.scale > 4.0 and capped.scale == 4.0      # the small advantages would be x>4
+    back = AdvantageNormalizer(horizon=horizon, min_count=1, max_scale=4.0)
+    back.load_state_dict(capped.state_dict())
+    assert back.scale == 4.0
+    for bad in (0.0, -1.0, float("inf")):
+        with pytest.raises(ValueError, match="max_scale"):
+            AdvantageNormalizer(max_scale=bad)

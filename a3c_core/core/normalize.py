@@ -130,15 +130,23 @@ class AdvantageNormalizer(ReturnNormalizer):
     the advantages are not centred.
     """
 
-    def __init__(self, *, eps=1e-8, min_count=2, horizon=None):
+    def __init__(self, *, eps=1e-8, min_count=2, horizon=None, max_scale=None):
         super().__init__(1.0, eps=eps, min_count=min_count)
         if horizon is not None and not (horizon >= 1 and math.isfinite(horizon)):
             raise ValueError(f"horizon must be None or a finite number >= 1, got {horizon!r}")
+        if max_scale is not None and not (max_scale > 0 and math.isfinite(max_scale)):
+            raise ValueError(f"max_scale must be None or a finite number > 0, got {max_scale!r}")
         self.horizon = None if horizon is None else float(horizon)
+        #: cap on the multiplier (None: none): advantages are scaled down to a
+        #: unit RMS, but amplified at most this much once they are small
+        self.max_scale = None if max_scale is None else float(max_scale)
         self.mean_sq = 0.0
 
+    def _capped(self, scale):
+        return scale if self.max_scale is None else min(scale, self.max_scale)
+
     def _scale_from(self, n, mean, m2):
-        return 1.0 / math.sqrt(m2 / n + mean * mean + self.eps)
+        return self._capped(1.0 / math.sqrt(m2 / n + mean * mean + self.eps))
 
     def update(self, advantages) -> float:
         if self.horizon is None:
@@ -154,7 +162,7 @@ class AdvantageNormalizer(ReturnNormalizer):
             self.mean_sq = ms_b if self.count == 0 else keep * self.mean_sq + (1.0 - keep) * ms_b
             self.count += x.size
             if self.count >= self.min_count:
-                self.scale = 1.0 / math.sqrt(self.mean_sq + self.eps)
+                self.scale = self._capped(1.0 / math.sqrt(self.mean_sq + self.eps))
             return self.scale
 
     def state_dict(self) -> dict:
@@ -178,4 +186,5 @@ class AdvantageNormalizer(ReturnNormalizer):
             raise ValueError(f"advantage normalizer state is invalid: {d!r}")
         with self._lock:
             self.count, self.mean_sq = count, ms
-            self.scale = 1.0 / math.sqrt(ms + self.eps) if count >= self.min_count else 1.0
+            self.scale = (self._capped(1.0 / math.sqrt(ms + self.eps))
+                          if count >= self.min_count else 1.0)

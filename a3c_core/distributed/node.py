@@ -133,7 +133,8 @@ class Node:
             from a3c_core.core.normalize import AdvantageNormalizer
 
             self.normalizers["advantage_normalizer"] = AdvantageNormalizer(
-                horizon=getattr(cfg, "advantage_horizon", 0.0) or None)
+                horizon=getattr(cfg, "advantage_horizon", 0.0) or None,
+                max_scale=getattr(cfg, "advantage_scale_max", 0.0) or None)
         for key, norm in self.normalizers.items():
             if (restore.get("normalizers") or {}).get(key) is not None:
                 norm.load_state_dict(restore["normalizers"][key])

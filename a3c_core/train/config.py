@@ -72,6 +72,7 @@ _RANGES = {
     "max_skipped_updates": (0, 10**9),
     "repeat_action_probability": (0.0, 1.0),
     "advantage_horizon": (0.0, 1e12),
+    "advantage_scale_max": (0.0, 1e12),
 }
 
 
@@ -103,6 +104,7 @@ class Config:
     max_grad_norm: float = _f(40.0, "global gradient-norm clip (0 = no clipping)")
     reward_scale: Optional[float] = _f(None, "multiply rewards by this fixed factor for learning (default: normalize them by the running standard deviation of the discounted return; see a3c_core.core.normalize)")
     normalize_advantages: Optional[bool] = _f(None, "divide advantages by their RMS, a moving average over advantage_horizon samples, so the policy term has a unit scale beside the entropy bonus (default: on for doom and gymnasium envs, off for Atari, whose sparse clipped rewards make most advantages value noise; bench/RESULTS.md)")
+    advantage_scale_max: float = _f(0.0, "with normalize_advantages: the most the advantages are multiplied by (0 = no cap). Dividing by a small RMS amplifies them; after convergence on doom:basic the multiplier reached x6-20 before every collapse seen (bench/RESULTS.md)")
     advantage_horizon: float = _f(20_000.0, "with normalize_advantages: the advantages' RMS is a moving average over about this many samples (0 = over the whole run)")
     cross_episode: bool = _f(False, "rollouts of exactly t_max steps that run on into the next episode (LSTM state reset, no gradient across): one update per t_max steps however short the episodes")
     reward_clip: Optional[float] = _f(None, "clip raw rewards to [-reward_clip, reward_clip] for learning, before scaling; raw rewards are still reported (default 1 for Atari, 0 = off otherwise)")

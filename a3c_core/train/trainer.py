@@ -283,7 +283,8 @@ class Trainer:
         opt = make_optimizer(cfg.optimizer, net.n_params, **self._opt_kwargs())
         self.shared = SharedState(net.params, opt)
         self.normalizer = None if cfg.reward_scale is not None else ReturnNormalizer(cfg.gamma)
-        self.adv_normalizer = (AdvantageNormalizer(horizon=cfg.advantage_horizon or None)
+        self.adv_normalizer = (AdvantageNormalizer(horizon=cfg.advantage_horizon or None,
+                                                   max_scale=cfg.advantage_scale_max or None)
                                if cfg.advantages_normalized() else None)
         self.store = ThreadStore(self.shared, self.normalizer, self._on_episode, self.adv_normalizer)
         self.wall_offset = 0.0
