@@ -339,3 +339,110 @@ def test_cross_episode_running_returns_restart_at_each_episode():
     w.rollout()
     # episode 1 goes on from its carried 2.5: 0.5 * 2.5 + 3; then episode 2: 1, 2.5, 4.25, 1
     np.testing.assert_allclose(store.scale_calls[1], [4.25, 1, 2.5, 4.25, 1])
+
+
+# -- overlap_reset: the env resets in a helper thread during the update --------
+
+
+class ThreadNotingEnv(ScriptedEnv):
+    """ScriptedEnv that notes which thread ran each reset; ``fail_reset_at``:
+    the reset with that index raises."""
+
+    reset_in_background = True
+
+    def __init__(self, *a, fail_reset_at=None, **kw):
+        super().__init__(*a, **kw)
+        self.reset_threads = []
+        self.fail_reset_at = fail_reset_at
+
+    def reset(self):
+        self.reset_threads.append(threading.current_thread().name)
+        if self.fail_reset_at == len(self.reset_threads) - 1:
+            raise RuntimeError("engine went away during reset")
+        return super().reset()
+
+
+def _overlap_worker(env, overlap, *, t_max=2, store=None):
+    net = SpyNet(build_network("mlp", (2,), 2, hidden=(8,), seed=0))
+    pipe = ObsPipeline({"kind": "vector"}, env.obs_shape)
+    store = store or RecordingStore(net.n_params)
+    s = RolloutSettings(t_max=t_max, gamma=0.5, gae_lambda=1.0, reward_scale=1.0,
+                        overlap_reset=overlap)
+    return Worker(0, env, net, pipe, store, s, np.random.default_rng(0)), net, store
+
+
+@pytest.mark.parametrize("kw", [{}, {"truncate": True}, {"lives": 2}])
+def test_overlapped_reset_gives_the_same_rollouts_and_scores(kw):
+    """Overlapping the reset with the update changes when the env resets, not
+    what the worker learns from or reports (life-loss games scored whole)."""
+    runs = []
+    for overlap in (False, True):
+        env = ThreadNotingEnv([1.0, 0.0, 3.0], **kw)
+        w, net, store = _overlap_worker(env, overlap)
+        for _ in range(9):
+            w.rollout()
+        w.close()
+        runs.append((net.calls, store.episodes, env.reset_threads))
+    (calls0, eps0, threads0), (calls1, eps1, threads1) = runs
+    assert len(calls0) == len(calls1) == 9
+    for a, b in zip(calls0, calls1):
+        np.testing.assert_array_equal(a["obs"], b["obs"])
+        np.testing.assert_array_equal(a["returns"], b["returns"])
+    assert eps0 == eps1 and len(eps0) >= 2
+    # the first reset starts the worker; every later one ran in the helper thread
+    assert set(threads0) == {threading.current_thread().name}
+    assert threads1[0] == threading.current_thread().name
+    assert set(threads1[1:]) == {"a3c-reset-0"} and len(threads1) == len(threads0)
+
+
+def test_overlap_reset_is_automatic_only_for_envs_that_ask_for_it():
+    w, _, _ = _overlap_worker(ThreadNotingEnv([1.0]), None)
+    assert w.overlap_reset
+    w, _, _ = _overlap_worker(ScriptedEnv([1.0]), None)
+    assert not w.overlap_reset
+    env = ThreadNotingEnv([1.0])
+    net = build_network("mlp", (2,), 2, hidden=(8,), seed=0)
+    s = RolloutSettings(t_max=2, cross_episode=True, overlap_reset=True)
+    w = Worker(0, env, net, ObsPipeline({"kind": "vector"}, (2,)), RecordingStore(net.n_params),
+               s, np.random.default_rng(0))
+    assert not w.overlap_reset          # the next step needs the new observation at once
+
+
+def test_overlapped_reset_error_reaches_the_worker():
+    env = ThreadNotingEnv([1.0], fail_reset_at=1)
+    w, _, store = _overlap_worker(env, True)
+    with pytest.raises(RuntimeError, match="engine went away during reset"):
+        w.rollout()
+    assert store.applied == 1           # the update itself went through
+    w.close()
+
+
+def test_failed_update_waits_for_the_overlapped_reset():
+    """An update that raises: the worker waits for the reset in flight (the env
+    is never closed under it) and the update's error is the one raised."""
+    class FailingStore(RecordingStore):
+        def apply(self, grads, max_grad_norm, offset=0):
+            raise FloatingPointError("update failed")
+
+    env = ThreadNotingEnv([1.0], fail_reset_at=1)     # the reset fails too
+    w, _, _ = _overlap_worker(env, True, store=FailingStore(0))
+    with pytest.raises(FloatingPointError, match="update failed"):
+        w.rollout()
+    assert len(env.reset_threads) == 2 and not w._resetter._pending
+    w.close()
+    assert w._resetter is None
+
+
+def test_background_reset_protocol_errors():
+    from a3c_core.train.worker import BackgroundReset
+
+    env = ThreadNotingEnv([1.0])
+    r = BackgroundReset(env)
+    with pytest.raises(RuntimeError, match="no reset in progress"):
+        r.wait()
+    r.begin()
+    with pytest.raises(RuntimeError, match="not waited for"):
+        r.begin()
+    np.testing.assert_array_equal(r.wait(), [0, 0])
+    r.close()
+    assert not r._thread.is_alive()
