@@ -1,7 +1,7 @@
 """Training throughput once the agent is good (short episodes), per rollout mode.
 
     python bench/converged_throughput.py RUN_DIR [--workers 2] [--seconds 10] [--repeats 3]
-        [--modes default,cross,serial-reset]
+        [--modes default,cross,overlap-reset]
 
 RUN_DIR is a trained run (e.g. ``a3c train --target-reward 75 --run-dir runs/basic``):
 each measurement copies it to a temporary directory and resumes from its
@@ -13,9 +13,8 @@ trained policy and its short episodes.  Modes, measured in turn (``default``,
 * ``cross``: ``--cross-episode``: every rollout has ``t_max`` steps and runs
   on into the next episode, so an update's fixed costs are paid once per
   ``t_max`` steps;
-* ``serial-reset``: ``--no-overlap-reset``: the worker resets the env itself
-  after the update instead of in a helper thread during it (the default
-  for ViZDoom since 2026-11-25 overlaps them).
+* ``overlap-reset``: ``--overlap-reset``: the env resets in a helper thread
+  while the episode's last update runs, instead of in the worker after it.
 
 Each measurement: start, wait ``--warmup`` s, then count agent steps and
 episodes over ``--seconds``.  Prints one line per measurement and a table of
@@ -52,8 +51,8 @@ def measure(run_dir, mode, workers, seconds, warmup):
         fields.update(workers=workers, total_steps=0, total_seconds=0.0,
                       run_dir=dst, quiet=True, tensorboard=False, checkpoint_interval=0.0,
                       cross_episode=(mode == "cross"), target_reward=None)
-        if mode == "serial-reset":
-            fields["overlap_reset"] = False
+        if mode == "overlap-reset":
+            fields["overlap_reset"] = True
         cfg = Config(**fields)
         tr = Trainer(cfg, resume=dst, out=io.StringIO())
         err = []
@@ -101,9 +100,9 @@ def main(argv=None):
     if not os.path.isdir(a.run_dir):
         p.error(f"run directory not found: {a.run_dir}")
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
-    bad = [m for m in modes if m not in ("default", "cross", "serial-reset")]
+    bad = [m for m in modes if m not in ("default", "cross", "overlap-reset")]
     if bad:
-        p.error(f"unknown mode(s) {bad}; choose from default, cross, serial-reset")
+        p.error(f"unknown mode(s) {bad}; choose from default, cross, overlap-reset")
     rows = []
     for rep in range(a.repeats):
         for m in modes:

@@ -98,9 +98,9 @@ def test_cli_train_cartpole_and_gif_free_eval(tmp_path, capsys):
 
 def test_one_worker_fixed_seed_is_deterministic(tmp_path):
     """Same seed, same parameters; also with the env reset overlapped with the
-    update (the default for doom) against resetting in the worker thread."""
+    update (--overlap-reset) against resetting in the worker thread."""
     params, episodes = [], []
-    for k, overlap in enumerate((None, False)):
+    for k, overlap in enumerate((True, False)):
         cfg = Config(env="doom:basic", workers=1, total_steps=300, seed=7, quiet=True,
                      tensorboard=False, checkpoint_interval=0, run_dir=str(tmp_path / f"r{k}"),
                      overlap_reset=overlap)

@@ -348,8 +348,6 @@ class ThreadNotingEnv(ScriptedEnv):
     """ScriptedEnv that notes which thread ran each reset; ``fail_reset_at``:
     the reset with that index raises."""
 
-    reset_in_background = True
-
     def __init__(self, *a, fail_reset_at=None, **kw):
         super().__init__(*a, **kw)
         self.reset_threads = []
@@ -395,11 +393,9 @@ def test_overlapped_reset_gives_the_same_rollouts_and_scores(kw):
     assert set(threads1[1:]) == {"a3c-reset-0"} and len(threads1) == len(threads0)
 
 
-def test_overlap_reset_is_automatic_only_for_envs_that_ask_for_it():
-    w, _, _ = _overlap_worker(ThreadNotingEnv([1.0]), None)
-    assert w.overlap_reset
-    w, _, _ = _overlap_worker(ScriptedEnv([1.0]), None)
-    assert not w.overlap_reset
+def test_overlap_reset_is_opt_in_and_never_across_episodes():
+    w, _, _ = _overlap_worker(ThreadNotingEnv([1.0]), False)
+    assert not w.overlap_reset and not RolloutSettings().overlap_reset
     env = ThreadNotingEnv([1.0])
     net = build_network("mlp", (2,), 2, hidden=(8,), seed=0)
     s = RolloutSettings(t_max=2, cross_episode=True, overlap_reset=True)

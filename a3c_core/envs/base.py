@@ -53,9 +53,6 @@ class Env:
       ``terminated`` is True on every lost life and ``episode_over`` only at
       game over, so callers report whole-game scores. Default: True after any
       terminated/truncated step, False after :meth:`reset`.
-    * ``reset_in_background`` (bool): :meth:`reset` waits without the GIL
-      (ViZDoom, the env-process adapter), so a trainer may overlap it with
-      its update (``overlap_reset``); False for pure-Python envs.
     """
 
     env_id: str
@@ -69,10 +66,6 @@ class Env:
     default_network: str
     render: bool = False
     episode_over: bool = True
-    #: True when :meth:`reset` spends its time waiting GIL-free (a simulator
-    #: in another process): a trainer may then run it in a helper thread
-    #: while it computes the episode's last update (``overlap_reset``)
-    reset_in_background: bool = False
 
     # -- the protocol ------------------------------------------------------
     def reset(self):

@@ -250,9 +250,6 @@ class DoomEnv(Env):
         game_args: extra engine arguments (str), e.g. ``"+sv_cheats 1"``.
     """
 
-    #: ``new_episode`` waits GIL-free while the engine process restarts the map
-    reset_in_background = True
-
     def __init__(self, scenario="basic", *, seed=0, frame_skip=None, runtime_dir=None,
                  render=False, episode_timeout=None, game_args=None):
         vzd = import_vizdoom()

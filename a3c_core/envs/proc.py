@@ -130,10 +130,6 @@ class ProcEnv(Env):
     here with their original type; a dead child raises :class:`EnvProcessError`.
     """
 
-    #: a reset is one socket round trip to the child (waited for GIL-free)
-    reset_in_background = True
-
-
     def __init__(self, env_id, *, seed=0, frame_skip=None, runtime_dir=None, render=False,
                  **kwargs):
         self._closed = False

@@ -74,9 +74,8 @@ class RolloutSettings:
     #: followed by the next one (LSTM state reset, no gradient across)
     cross_episode: bool = False
     #: reset the env in a helper thread while the episode's last update runs
-    #: (None: when the env says its reset waits GIL-free, ``reset_in_background``;
-    #: never with cross_episode, whose next step needs the new observation at once)
-    overlap_reset: bool | None = None
+    #: (never with cross_episode, whose next step needs the new observation at once)
+    overlap_reset: bool = False
 
 
 class LossStats:
@@ -181,7 +180,9 @@ class BackgroundReset:
     so the env is never closed under a running reset.  Only worth it for an
     env whose reset waits without the GIL (ViZDoom's ``new_episode``: the
     engine process restarts the map, ~1.2 ms); a pure-Python reset would
-    just compete with the worker for the GIL.
+    just compete with the worker for the GIL.  Opt-in (``overlap_reset``):
+    on doom:basic, 2 cores, it measured no faster with 1 or 2 workers
+    (bench/RESULTS.md, 2026-11-25).
     """
 
     def __init__(self, env, name="a3c-reset"):
@@ -271,10 +272,7 @@ class Worker:
         self._started = False
         self._fused_sync = bool(getattr(store, "syncs_on_apply", False))
         self._fresh = False       # net.params already hold the global params (set by apply)
-        overlap = settings.overlap_reset
-        if overlap is None:
-            overlap = bool(getattr(env, "reset_in_background", False))
-        self.overlap_reset = bool(overlap) and not settings.cross_episode
+        self.overlap_reset = bool(settings.overlap_reset) and not settings.cross_episode
         self._resetter = None     # BackgroundReset, made on the first episode end
 
     def close(self):
