@@ -453,3 +453,28 @@ def test_fast_transcendentals_vs_numpy(dt):
     K.lstm_seq_forward(g, np.zeros((4, 1), dt), np.zeros(4, dt), np.zeros(4, dt), hs, cs,
                        np.empty((1, 4), dt))
     assert np.isnan(hs[1, 0]) and np.isnan(cs[1, 0])
+
+
+@pytest.mark.parametrize("nan_at", [0, 3])
+def test_heads_loss_kernel_max_propagates_nan_and_stays_stable(nan_at):
+    """heads_loss takes the logits' max by hand (no ndarray.max overload): a
+    NaN logit, first or last, makes that step's probs and the losses NaN as
+    numpy's max would; huge finite logits still give finite probs."""
+    dt, t_len, hd, na = np.float32, 2, 3, 4
+    h = np.ones((t_len, hd), dt)
+    wp = np.zeros((na, hd), dt)
+    bp = np.array([80.0, -80.0, 10.0, 79.0], dt)      # exp(80) overflows float32 unshifted
+    wv, bv = np.zeros((1, hd), dt), np.zeros(1, dt)
+    args = (np.array([0, 3]), np.zeros(t_len, dt), np.ones(t_len, dt), 0.5, 0.01)
+    outs = lambda: (np.empty((t_len, na), dt), np.empty(t_len, dt), np.empty((t_len, hd), dt),
+                    np.empty_like(wp), np.empty_like(bp), np.empty_like(wv), np.empty_like(bv))
+    o = outs()
+    pl, vl, ent = K.heads_loss(h, wp, bp, wv, bv, *args, *o)
+    assert np.all(np.isfinite(o[0])) and np.isfinite(pl) and np.isfinite(ent)
+    np.testing.assert_allclose(o[0][0], ref.softmax(bp.astype(np.float64)[None])[0], rtol=1e-5,
+                               atol=1e-30)
+    bad = bp.copy()
+    bad[nan_at] = np.nan
+    o = outs()
+    pl, vl, ent = K.heads_loss(h, wp, bad, wv, bv, *args, *o)
+    assert np.all(np.isnan(o[0])) and np.isnan(pl) and np.isnan(ent)
