@@ -1,7 +1,6 @@
 """Training throughput once the agent is good (short episodes), per rollout mode.
 
     python bench/converged_throughput.py RUN_DIR [--workers 2] [--seconds 10] [--repeats 3]
-        [--modes default,cross,overlap-reset]
 
 RUN_DIR is a trained run (e.g. ``a3c train --target-reward 75 --run-dir runs/basic``):
 each measurement copies it to a temporary directory and resumes from its
@@ -12,13 +11,11 @@ trained policy and its short episodes.  Modes, measured in turn (``default``,
 * ``default``: a rollout ends with its episode (the A3C paper's worker);
 * ``cross``: ``--cross-episode``: every rollout has ``t_max`` steps and runs
   on into the next episode, so an update's fixed costs are paid once per
-  ``t_max`` steps;
-* ``overlap-reset``: ``--overlap-reset``: the env resets in a helper thread
-  while the episode's last update runs, instead of in the worker after it.
+  ``t_max`` steps.
 
 Each measurement: start, wait ``--warmup`` s, then count agent steps and
 episodes over ``--seconds``.  Prints one line per measurement and a table of
-medians with the per-pair ratio of each mode to default; ``--json`` writes everything.
+medians with the per-pair ratio cross/default; ``--json`` writes everything.
 Never run it beside a training run: it needs every core.
 """
 from __future__ import annotations
@@ -51,8 +48,6 @@ def measure(run_dir, mode, workers, seconds, warmup):
         fields.update(workers=workers, total_steps=0, total_seconds=0.0,
                       run_dir=dst, quiet=True, tensorboard=False, checkpoint_interval=0.0,
                       cross_episode=(mode == "cross"), target_reward=None)
-        if mode == "overlap-reset":
-            fields["overlap_reset"] = True
         cfg = Config(**fields)
         tr = Trainer(cfg, resume=dst, out=io.StringIO())
         err = []
@@ -100,9 +95,9 @@ def main(argv=None):
     if not os.path.isdir(a.run_dir):
         p.error(f"run directory not found: {a.run_dir}")
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
-    bad = [m for m in modes if m not in ("default", "cross", "overlap-reset")]
+    bad = [m for m in modes if m not in ("default", "cross")]
     if bad:
-        p.error(f"unknown mode(s) {bad}; choose from default, cross, overlap-reset")
+        p.error(f"unknown mode(s) {bad}; choose from default, cross")
     rows = []
     for rep in range(a.repeats):
         for m in modes:
@@ -118,13 +113,11 @@ def main(argv=None):
         v = [r["steps_per_s"] for r in rows if r["mode"] == m]
         le = statistics.median(r["mean_episode_steps"] for r in rows if r["mode"] == m)
         print(f"| {m} | {statistics.median(v):,.0f} | {min(v):,.0f} | {max(v):,.0f} | {le:.1f} |")
-    for other in modes:
-        if other == "default" or "default" not in modes:
-            continue
+    if set(modes) == {"default", "cross"}:
         ratios = [c["steps_per_s"] / d["steps_per_s"]
                   for d, c in zip([r for r in rows if r["mode"] == "default"],
-                                  [r for r in rows if r["mode"] == other])]
-        print(f"\n{other}/default per pair: {', '.join(f'{x:.2f}' for x in ratios)}; "
+                                  [r for r in rows if r["mode"] == "cross"])]
+        print(f"\ncross/default per pair: {', '.join(f'{x:.2f}' for x in ratios)}; "
               f"median {statistics.median(ratios):.2f}")
     if a.json:
         with open(a.json, "w") as f:

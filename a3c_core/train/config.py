@@ -106,7 +106,6 @@ class Config:
     normalize_advantages: Optional[bool] = _f(None, "divide advantages by their RMS, a moving average over advantage_horizon samples, so the policy term has a unit scale beside the entropy bonus (default: on for doom and gymnasium envs, off for Atari, whose sparse clipped rewards make most advantages value noise; bench/RESULTS.md)")
     advantage_scale_max: float = _f(0.0, "with normalize_advantages: the most the advantages are multiplied by (0 = no cap). Dividing by a small RMS amplifies them; after convergence on doom:basic the multiplier reached x6-20 before every collapse seen (bench/RESULTS.md)")
     advantage_horizon: float = _f(20_000.0, "with normalize_advantages: the advantages' RMS is a moving average over about this many samples (0 = over the whole run)")
-    overlap_reset: bool = _f(False, "reset the env in a helper thread while the episode's last update runs (not with cross_episode). Off by default: on doom:basic it measured no faster with 1 or 2 workers on 2 cores (bench/RESULTS.md)")
     cross_episode: bool = _f(False, "rollouts of exactly t_max steps that run on into the next episode (LSTM state reset, no gradient across): one update per t_max steps however short the episodes")
     reward_clip: Optional[float] = _f(None, "clip raw rewards to [-reward_clip, reward_clip] for learning, before scaling; raw rewards are still reported (default 1 for Atari, 0 = off otherwise)")
     total_steps: int = _f(300_000, "stop after this many agent steps in total (0 = no limit)")

@@ -310,8 +310,7 @@ class Trainer:
             entropy_beta=c.entropy_beta, max_grad_norm=c.max_grad_norm,
             reward_scale=c.reward_scale, reward_clip=c.effective_reward_clip(),
             bootstrap_truncated=c.bootstrap_truncated(),
-            normalize_advantages=c.advantages_normalized(), cross_episode=c.cross_episode,
-            overlap_reset=c.overlap_reset)
+            normalize_advantages=c.advantages_normalized(), cross_episode=c.cross_episode)
 
     def _restore(self, ckpt):
         if ckpt.meta.get("optimizer") != self.cfg.optimizer:

@@ -48,7 +48,7 @@ from a3c_core.core import gae
 from a3c_core.core.normalize import running_returns
 from a3c_core.sampling import sample_categorical
 
-__all__ = ["RolloutSettings", "LossStats", "Store", "ThreadStore", "BackgroundReset", "Worker"]
+__all__ = ["RolloutSettings", "LossStats", "Store", "ThreadStore", "Worker"]
 
 
 @dataclass(frozen=True)
@@ -73,9 +73,6 @@ class RolloutSettings:
     #: every rollout has t_max steps: an episode that ends inside it is
     #: followed by the next one (LSTM state reset, no gradient across)
     cross_episode: bool = False
-    #: reset the env in a helper thread while the episode's last update runs
-    #: (never with cross_episode, whose next step needs the new observation at once)
-    overlap_reset: bool = False
 
 
 class LossStats:
@@ -169,70 +166,6 @@ class ThreadStore(Store):
         return self.adv_normalizer.update(advantages)
 
 
-class BackgroundReset:
-    """One helper thread that runs ``env.reset()`` while its worker computes.
-
-    :meth:`begin` hands the reset over and returns at once; :meth:`wait`
-    blocks (GIL-free) until it is done and returns the first observation,
-    or raises what the reset raised.  The worker calls ``wait`` before it
-    touches the env again, so the env is never driven by two threads at
-    once, and also when its update failed (``wait(raise_errors=False)``),
-    so the env is never closed under a running reset.  Only worth it for an
-    env whose reset waits without the GIL (ViZDoom's ``new_episode``: the
-    engine process restarts the map, ~1.2 ms); a pure-Python reset would
-    just compete with the worker for the GIL.  Opt-in (``overlap_reset``):
-    on doom:basic, 2 cores, it measured no faster with 1 or 2 workers
-    (bench/RESULTS.md, 2026-11-25).
-    """
-
-    def __init__(self, env, name="a3c-reset"):
-        self.env = env
-        self._go = threading.Semaphore(0)
-        self._done = threading.Semaphore(0)
-        self._obs = self._error = None
-        self._pending = False
-        self._closed = False
-        self._thread = threading.Thread(target=self._loop, daemon=True, name=name)
-        self._thread.start()
-
-    def _loop(self):
-        while True:
-            self._go.acquire()
-            if self._closed:
-                return
-            try:
-                self._obs, self._error = self.env.reset(), None
-            except BaseException as e:  # noqa: BLE001 - handed to the worker by wait()
-                self._obs, self._error = None, e
-            self._done.release()
-
-    def begin(self):
-        if self._pending:
-            raise RuntimeError("BackgroundReset.begin: the previous reset was not waited for")
-        self._pending = True
-        self._go.release()
-
-    def wait(self, raise_errors=True):
-        if not self._pending:
-            raise RuntimeError("BackgroundReset.wait: no reset in progress")
-        self._done.acquire()
-        self._pending = False
-        obs, err = self._obs, self._error
-        self._obs = self._error = None
-        if err is not None and raise_errors:
-            raise err
-        return obs
-
-    def close(self):
-        """Stop the thread (after a pending reset has finished)."""
-        if self._pending:
-            self.wait(raise_errors=False)
-        if not self._closed:
-            self._closed = True
-            self._go.release()
-            self._thread.join(5.0)
-
-
 class Worker:
     """Rollouts and updates of one A3C worker (see the module docstring).
 
@@ -272,36 +205,23 @@ class Worker:
         self._started = False
         self._fused_sync = bool(getattr(store, "syncs_on_apply", False))
         self._fresh = False       # net.params already hold the global params (set by apply)
-        self.overlap_reset = bool(settings.overlap_reset) and not settings.cross_episode
-        self._resetter = None     # BackgroundReset, made on the first episode end
-
-    def close(self):
-        """Stop the background-reset thread, if any (the env is the caller's)."""
-        if self._resetter is not None:
-            self._resetter.close()
-            self._resetter = None
 
     # -- episodes -----------------------------------------------------------
-    def start_episode(self, slot=0, first_obs=None):
-        """Reset the env (unless ``first_obs``, from a reset already done, is
-        given) and the LSTM state; ``obs_buf[slot]`` = first observation."""
-        self.pipe(self.env.reset() if first_obs is None else first_obs, self.obs_buf[slot])
+    def start_episode(self, slot=0):
+        """Reset the env and the LSTM state; ``obs_buf[slot]`` = first observation."""
+        self.pipe(self.env.reset(), self.obs_buf[slot])
         self.state = self.net.initial_state()
         self._started = True
 
-    def _end_of_life(self, slot=0, over=None, first_obs=None):
+    def _end_of_life(self, slot=0):
         """After a terminal/truncated step: report the whole game when it is over
         (an env that treats a life loss as terminal keeps ``episode_over``
-        False until the game ends), then start the next episode.  ``over``:
-        ``episode_over`` as read before a background reset began (which
-        clears it); ``first_obs``: that reset's observation."""
-        if over is None:
-            over = getattr(self.env, "episode_over", True)
-        if over:
+        False until the game ends), then start the next episode."""
+        if getattr(self.env, "episode_over", True):
             self.store.record_episode(self.wid, self.ep_return, self.ep_length)
             self.ep_return, self.ep_length = 0.0, 0
         self._ret_acc = 0.0
-        self.start_episode(slot, first_obs)
+        self.start_episode(slot)
 
     # -- one rollout + update ------------------------------------------------
     def rollout(self):
@@ -345,20 +265,6 @@ class Worker:
             boot = 0.0
         else:  # cut by t_max, or by a time limit that is bootstrapped (not recorded)
             _, boot, _ = net.step(obs_buf[n], state)
-        if (term or trunc) and self.overlap_reset:
-            # the env restarts while the update runs (see BackgroundReset)
-            over = getattr(env, "episode_over", True)
-            if self._resetter is None:
-                self._resetter = BackgroundReset(env, name=f"a3c-reset-{self.wid}")
-            self._resetter.begin()
-            try:
-                applied = self._update(n, float(boot))
-                self.store.add_steps(n)
-            except BaseException:
-                self._resetter.wait(raise_errors=False)
-                raise
-            self._end_of_life(over=over, first_obs=self._resetter.wait())
-            return n, term, trunc, applied
         applied = self._update(n, float(boot))
         self.store.add_steps(n)
         if term or trunc:
@@ -497,13 +403,10 @@ class Worker:
     def run(self, stop: threading.Event, total_steps=0):
         """Rollouts until ``stop`` is set or ``total_steps`` (0 = no limit) is reached."""
         store = self.store
-        try:
-            while not stop.is_set():
-                if total_steps and store.steps >= total_steps:
-                    break
-                self.rollout()
-        finally:
-            self.close()
+        while not stop.is_set():
+            if total_steps and store.steps >= total_steps:
+                break
+            self.rollout()
 
 
 def warm_up_network(net, cross_episode=False):
