@@ -1,6 +1,8 @@
 """Smoke tests of ``a3c bench`` and its FLOP counter (no throughput claims)."""
 import json
 
+import numpy as np
+
 import pytest
 
 from a3c_core import bench
@@ -76,3 +78,35 @@ def test_bench_quick_table_and_json(tmp_path, capsys):
 def test_bench_rejects_bad_workers():
     with pytest.raises(SystemExit):
         bench.main(["--workers", "0,x"])
+
+
+def test_stay_check_on_a_known_run(tmp_path, capsys):
+    """bench/stay_check.py against a hand-made episodes.csv: 200 episodes of
+    -100, then 1,500 of 80 with one 50-episode dip to -200 in the middle."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.spec_from_file_location(
+        "stay_check", os.path.join(os.path.dirname(__file__), "..", "bench", "stay_check.py"))
+    sc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sc)
+    ret = [-100.0] * 200 + [80.0] * 1500
+    ret[1000:1050] = [-200.0] * 50
+    with open(tmp_path / "episodes.csv", "w") as fh:
+        fh.write("episode,wall_time,step,worker,return,length\n")
+        for i, r in enumerate(ret):
+            fh.write(f"{i + 1},{0.1 * (i + 1):.1f},{10 * (i + 1)},0,{r},10\n")
+    assert sc.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    # avg100 >= 75 first when <= 2 of the last 100 are -100: episode 298
+    assert "first at 29.8 s, step 2980, episode 298" in out
+    # from the crossing on, the lowest avg1000 is the crossing's own window
+    # (its 298 episodes: 200 x -100 and 98 x 80 = -40.81); windows that start
+    # after the crossing hold no -100: at worst 50 x -200 and 950 x 80 = 66.0
+    assert "min avg1000 from the crossing: -40.81 at 29.8 s" in out
+    assert "over windows entirely after it: 66.00" in out
+    assert "final avg100 80.00, avg1000 66.00" in out
+    assert "min avg100 after the crossing: -60.00" in out        # 50 x -200 + 50 x 80
+    np.testing.assert_allclose(sc.trailing_mean(np.array([1.0, 3.0, 5.0]), 2), [1, 2, 4])
+    with pytest.raises(SystemExit):
+        sc.main([str(tmp_path / "missing")])
