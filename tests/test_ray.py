@@ -5,6 +5,7 @@ object store each), started once for the module and always shut down.  Nothing
 is mocked: shards and nodes are real actors in separate processes.
 """
 import json
+import math
 import os
 import threading
 import time
@@ -278,6 +279,8 @@ def test_ray_shard_lost_stops_run_and_resume_continues(cluster, tmp_path):
     before = load_checkpoint(str(tmp_path / "run"), "latest")
     steps0 = before.meta["counters"]["steps"]
     assert steps0 > 0
+    # the nodes' running statistics (the entropy floor's among them) are checkpointed
+    assert before.meta["entropy_controller"]["target"] == pytest.approx(0.1 * math.log(2))
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "failed"
     res = RayTrainer(cfg.replace(total_steps=steps0 + 2000), RayOptions(nodes=2, sync_ms=20),

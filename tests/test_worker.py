@@ -69,9 +69,12 @@ class SpyNet:
         return probs, v, state
 
     def rollout_grad(self, actions, returns, adv, **kw):   # the worker's backward-only update
-        self.calls.append({"obs": self._net.recorded_obs.copy(),
-                           "returns": np.array(returns, np.float64)})
-        return self._net.rollout_grad(actions, returns, adv, **kw)
+        call = {"obs": self._net.recorded_obs.copy(),
+                "returns": np.array(returns, np.float64), "kw": dict(kw)}
+        self.calls.append(call)
+        loss = self._net.rollout_grad(actions, returns, adv, **kw)
+        call["entropy"] = loss["entropy"]
+        return loss
 
     def loss_and_grad(self, obs, actions, returns, adv, state0, **kw):
         self.calls.append({"obs": obs.copy(), "returns": np.array(returns, np.float64)})
@@ -339,3 +342,53 @@ def test_cross_episode_running_returns_restart_at_each_episode():
     w.rollout()
     # episode 1 goes on from its carried 2.5: 0.5 * 2.5 + 3; then episode 2: 1, 2.5, 4.25, 1
     np.testing.assert_allclose(store.scale_calls[1], [4.25, 1, 2.5, 4.25, 1])
+
+
+class _EntropyStore(RecordingStore):
+    def __init__(self, n_params, ctl):
+        super().__init__(n_params)
+        self.ctl = ctl
+        self.seen = []
+
+    def entropy_beta(self, entropy_sum=0.0, n=0):
+        self.seen.append((entropy_sum, n))
+        return self.ctl.update(entropy_sum, n)
+
+
+def test_entropy_floor_feeds_the_controllers_coefficient_to_each_update():
+    """entropy_target > 0: update k uses the coefficient the controller gave
+    after updates 0..k-1, and the controller sees each update's summed
+    entropy and step count; without a target the fixed entropy_beta is used
+    and the store is never asked."""
+    from a3c_core.core.normalize import EntropyController
+
+    env = ScriptedEnv([1.0, 0.0, 2.0, 0.0, 1.0])
+    net = SpyNet(build_network("mlp", (2,), 2, hidden=(8,), seed=0))
+    pipe = ObsPipeline({"kind": "vector"}, env.obs_shape)
+    # target above ln 2: always binding, so the coefficient rises every update
+    ctl = EntropyController(1.0, 0.01, rate=0.05)
+    twin = EntropyController(1.0, 0.01, rate=0.05)
+    store = _EntropyStore(net.n_params, ctl)
+    s = RolloutSettings(t_max=2, gamma=0.5, reward_scale=1.0, entropy_beta=0.01,
+                        entropy_target=1.0)
+    w = Worker(0, env, net, pipe, store, s, np.random.default_rng(0))
+    for _ in range(6):
+        w.rollout()
+    betas = [c["kw"]["entropy_beta"] for c in net.calls]
+    want = [twin.update(0.0, 0)]
+    for c in net.calls[:-1]:
+        want.append(twin.update(c["entropy"], len(c["returns"])))
+    assert betas == pytest.approx(want, rel=1e-12)
+    assert betas[0] == 0.01 and all(b2 > b1 for b1, b2 in zip(betas, betas[1:]))
+    assert store.seen[0] == (0.0, 0)
+    assert [n for _, n in store.seen[1:]] == [len(c["returns"]) for c in net.calls]
+
+    net2 = SpyNet(build_network("mlp", (2,), 2, hidden=(8,), seed=0))
+    store2 = _EntropyStore(net2.n_params, ctl)
+    w2 = Worker(0, ScriptedEnv([1.0, 0.0, 2.0]), net2, pipe, store2,
+                RolloutSettings(t_max=2, reward_scale=1.0, entropy_beta=0.03),
+                np.random.default_rng(0))
+    w2.rollout()
+    w2.rollout()
+    assert [c["kw"]["entropy_beta"] for c in net2.calls] == [0.03, 0.03]
+    assert store2.seen == []

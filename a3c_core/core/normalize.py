@@ -30,7 +30,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["ReturnNormalizer", "AdvantageNormalizer", "running_returns"]
+__all__ = ["ReturnNormalizer", "AdvantageNormalizer", "EntropyController", "running_returns"]
 
 
 def running_returns(rewards, gamma, acc):
@@ -188,3 +188,81 @@ class AdvantageNormalizer(ReturnNormalizer):
             self.count, self.mean_sq = count, ms
             self.scale = (self._capped(1.0 / math.sqrt(ms + self.eps))
                           if count >= self.min_count else 1.0)
+
+
+class EntropyController:
+    """An entropy floor: the entropy coefficient rises while the policy's
+    entropy is below a target, and falls back to its base value above it.
+
+    Why: after doom:basic converges, its policy's mean entropy falls to
+    0.001-0.01 nats (of ln 3 = 1.1).  There the entropy bonus has no pull left
+    (dH/dlogits -> 0 as the policy turns deterministic), the agent stops
+    exploring, and the runs that later collapsed all sat there first, while
+    a run whose entropy stayed near 0.15 nats did not collapse
+    (bench/RESULTS.md).  This is the automatic temperature of SAC (Haarnoja
+    et al. 2018, a target entropy and a log-coefficient moved by the entropy
+    error), with two changes: the coefficient never drops below the
+    configured ``beta`` (the controller is a floor, not a schedule: while the
+    entropy is above target, as in all of early training, nothing changes),
+    and the error is relative and clipped, ``e = clip((target - H) / target,
+    -1, 1)``, so one ``rate`` fits every action count.
+
+    Per update of ``n`` steps with mean entropy ``H``:
+    ``log_mult = clip(log_mult + rate * n * e, 0, ln(max_mult))`` and
+    ``beta_now = beta * exp(log_mult)``.  With the default ``rate`` of 1e-4
+    the coefficient moves by a factor e per 10,000 agent steps at full error
+    (a few seconds of a 2-worker run).  Workers merge under a small lock once
+    per update and read ``beta_now`` without it (a stale read delays the
+    coefficient by one update).  Saved in checkpoints, restored on resume.
+    """
+
+    def __init__(self, target, beta, *, rate=1e-4, max_mult=100.0):
+        for name, v in (("target", target), ("rate", rate)):
+            if not (v > 0 and math.isfinite(v)):
+                raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+        if not (beta >= 0 and math.isfinite(beta)):
+            raise ValueError(f"beta must be a finite number >= 0, got {beta!r}")
+        if not (max_mult >= 1 and math.isfinite(max_mult)):
+            raise ValueError(f"max_mult must be a finite number >= 1, got {max_mult!r}")
+        self.target = float(target)
+        self.beta = float(beta)
+        self.rate = float(rate)
+        self.max_log = math.log(float(max_mult))
+        self._lock = threading.Lock()
+        self.log_mult = 0.0
+        self.beta_now = self.beta
+
+    @property
+    def multiplier(self) -> float:
+        return math.exp(self.log_mult)
+
+    def update(self, entropy_sum, n) -> float:
+        """Merge one update's summed entropy over ``n`` steps; returns the
+        coefficient for the next update."""
+        n = int(n)
+        if n <= 0:
+            return self.beta_now
+        h = float(entropy_sum) / n
+        if not math.isfinite(h):
+            raise ValueError(f"EntropyController.update: entropy is {h!r}")
+        err = min(1.0, max(-1.0, (self.target - h) / self.target))
+        with self._lock:
+            self.log_mult = min(self.max_log, max(0.0, self.log_mult + self.rate * n * err))
+            self.beta_now = self.beta * math.exp(self.log_mult)
+            return self.beta_now
+
+    def state_dict(self) -> dict:
+        with self._lock:
+            return {"log_mult": float(self.log_mult), "target": self.target, "beta": self.beta}
+
+    def load_state_dict(self, d) -> None:
+        try:
+            lm = float(d["log_mult"])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"entropy controller state must have log_mult; got {d!r}") from None
+        if not math.isfinite(lm):
+            raise ValueError(f"entropy controller state is invalid: {d!r}")
+        with self._lock:
+            # the configured beta and bounds apply; only the learned multiplier carries over
+            self.log_mult = min(self.max_log, max(0.0, lm))
+            self.beta_now = self.beta * math.exp(self.log_mult)

@@ -247,7 +247,8 @@ class RayTrainer(Trainer):
     def _normalizers(self):
         """The driver's copies of the running statistics, by checkpoint meta key."""
         out = {"reward_normalizer": self.normalizer,
-               "advantage_normalizer": getattr(self, "adv_normalizer", None)}
+               "advantage_normalizer": getattr(self, "adv_normalizer", None),
+               "entropy_controller": getattr(self, "entropy_ctl", None)}
         return {k: v for k, v in out.items() if v is not None}
 
     # -- the run: the Trainer's template, with nodes instead of threads ---------

@@ -60,9 +60,9 @@ class NodeStore(ThreadStore):
     """ThreadStore whose episodes are queued for the driver and whose
     learning-rate step is the global step (driver's count + local since)."""
 
-    def __init__(self, shared, normalizer=None, adv_normalizer=None):
-        kw = {} if adv_normalizer is None else {"adv_normalizer": adv_normalizer}
-        super().__init__(shared, normalizer, self._queue_episode, **kw)
+    def __init__(self, shared, normalizer=None, adv_normalizer=None, entropy_ctl=None):
+        super().__init__(shared, normalizer, self._queue_episode, adv_normalizer=adv_normalizer,
+                         entropy_ctl=entropy_ctl)
         self.episodes = []
         self._elock = threading.Lock()
         self.global_base = 0      # global steps at the driver's last poll
@@ -135,11 +135,18 @@ class Node:
             self.normalizers["advantage_normalizer"] = AdvantageNormalizer(
                 horizon=getattr(cfg, "advantage_horizon", 0.0) or None,
                 max_scale=getattr(cfg, "advantage_scale_max", 0.0) or None)
+        settings = setup["settings"]
+        if getattr(settings, "entropy_target", 0.0) > 0:
+            from a3c_core.core.normalize import EntropyController
+
+            self.normalizers["entropy_controller"] = EntropyController(
+                settings.entropy_target, settings.entropy_beta)
         for key, norm in self.normalizers.items():
             if (restore.get("normalizers") or {}).get(key) is not None:
                 norm.load_state_dict(restore["normalizers"][key])
         self.store = NodeStore(self.shared, self.normalizers.get("reward_normalizer"),
-                               self.normalizers.get("advantage_normalizer"))
+                               self.normalizers.get("advantage_normalizer"),
+                               self.normalizers.get("entropy_controller"))
         self.syncs = {"params": NodeSync(self.shared.params, self.bounds)}
         if setup["opt_state"] == "global":
             for name, clamp in stat_arrays(opt).items():

@@ -73,6 +73,7 @@ _RANGES = {
     "repeat_action_probability": (0.0, 1.0),
     "advantage_horizon": (0.0, 1e12),
     "advantage_scale_max": (0.0, 1e12),
+    "entropy_target": (0.0, 1.0),
 }
 
 
@@ -100,6 +101,7 @@ class Config:
     adam_eps: float = _f(1e-8, "Adam epsilon, > 0")
     adam_clip_relative: float = _f(0.0, "Adam: also clip each gradient to this many times the norm Adam's second moments expect, sqrt(sum v_hat), so that a burst after convergence cannot move every weight by 3.2 x lr (0 = off; see Adam.clip_scale)")
     entropy_beta: float = _f(0.01, "entropy bonus coefficient, in [0, 10] (rewards are normalized by default, so one value fits every env)")
+    entropy_target: float = _f(0.1, "entropy floor, as a fraction of the most a policy can have, ln(n_actions), in [0, 1]: while the rollouts' mean entropy is below it the entropy coefficient rises above entropy_beta (x100 at most) and falls back to it above (0 = off, a fixed entropy_beta). A converged doom:basic policy otherwise falls to 0.001-0.01 nats, where its collapses started (bench/RESULTS.md)")
     value_coef: float = _f(0.5, "value-loss coefficient, in [0, 1000]")
     max_grad_norm: float = _f(40.0, "global gradient-norm clip (0 = no clipping)")
     reward_scale: Optional[float] = _f(None, "multiply rewards by this fixed factor for learning (default: normalize them by the running standard deviation of the discounted return; see a3c_core.core.normalize)")
@@ -153,6 +155,12 @@ class Config:
         if self.normalize_advantages is not None:
             return bool(self.normalize_advantages)
         return not self.is_atari()
+
+    def entropy_target_nats(self, n_actions) -> float:
+        """The entropy floor in nats for an env with ``n_actions`` (0 = off)."""
+        if self.entropy_target <= 0 or n_actions < 2:
+            return 0.0
+        return float(self.entropy_target) * math.log(n_actions)
 
     def effective_reward_clip(self) -> float:
         if self.reward_clip is not None:

@@ -286,7 +286,13 @@ class Trainer:
         self.adv_normalizer = (AdvantageNormalizer(horizon=cfg.advantage_horizon or None,
                                                    max_scale=cfg.advantage_scale_max or None)
                                if cfg.advantages_normalized() else None)
-        self.store = ThreadStore(self.shared, self.normalizer, self._on_episode, self.adv_normalizer)
+        from a3c_core.core.normalize import EntropyController
+
+        self.n_actions = int(env.n_actions)
+        target = cfg.entropy_target_nats(self.n_actions)
+        self.entropy_ctl = EntropyController(target, cfg.entropy_beta) if target > 0 else None
+        self.store = ThreadStore(self.shared, self.normalizer, self._on_episode, self.adv_normalizer,
+                                 self.entropy_ctl)
         self.wall_offset = 0.0
         if ckpt is not None:
             check_layout(ckpt, net)
@@ -307,7 +313,8 @@ class Trainer:
         c = self.cfg
         return RolloutSettings(
             t_max=c.t_max, gamma=c.gamma, gae_lambda=c.gae_lambda, value_coef=c.value_coef,
-            entropy_beta=c.entropy_beta, max_grad_norm=c.max_grad_norm,
+            entropy_beta=c.entropy_beta, entropy_target=c.entropy_target_nats(self.n_actions),
+            max_grad_norm=c.max_grad_norm,
             reward_scale=c.reward_scale, reward_clip=c.effective_reward_clip(),
             bootstrap_truncated=c.bootstrap_truncated(),
             normalize_advantages=c.advantages_normalized(), cross_episode=c.cross_episode)
@@ -332,7 +339,8 @@ class Trainer:
                 "counters": {k: counters.get(k, 0) for k in type(self.shared)._COUNTERS},
             })
             for norm, key in ((self.normalizer, "reward_normalizer"),
-                              (self.adv_normalizer, "advantage_normalizer")):
+                              (self.adv_normalizer, "advantage_normalizer"),
+                              (self.entropy_ctl, "entropy_controller")):
                 if norm is not None and ckpt.meta.get(key) is not None:
                     norm.load_state_dict(ckpt.meta[key])
         except (ValueError, TypeError) as e:
@@ -375,6 +383,8 @@ class Trainer:
             "reward_normalizer": None if self.normalizer is None else self.normalizer.state_dict(),
             "advantage_normalizer": (None if self.adv_normalizer is None
                                      else self.adv_normalizer.state_dict()),
+            "entropy_controller": (None if self.entropy_ctl is None
+                                   else self.entropy_ctl.state_dict()),
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         if not np.all(np.isfinite(st["params"])):
@@ -619,6 +629,8 @@ class Trainer:
             log.scalar("charts/reward_scale", self.normalizer.scale, steps, el)
         if self.adv_normalizer is not None:
             log.scalar("charts/advantage_scale", self.adv_normalizer.scale, steps, el)
+        if self.entropy_ctl is not None:
+            log.scalar("charts/entropy_beta", self.entropy_ctl.beta_now, steps, el)
         n_upd = d[4]
         if n_upd > 0:
             for i, name in enumerate(("policy_loss", "value_loss", "entropy", "grad_norm")):

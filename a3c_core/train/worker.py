@@ -16,7 +16,11 @@ other workers goes through a :class:`Store` with five operations:
   into the running statistics and return the current reward scale (only
   called when rewards are normalized, see :mod:`a3c_core.core.normalize`);
 * ``advantage_scale(advantages) -> scale`` - the same for the advantages
-  (only called when ``normalize_advantages`` is set).
+  (only called when ``normalize_advantages`` is set);
+* ``entropy_beta(entropy_sum=0.0, n=0) -> beta`` - merge an update's summed
+  policy entropy over ``n`` steps into the entropy floor's controller and
+  return the coefficient for the next update (only called when
+  ``entropy_target`` is set, see :class:`~a3c_core.core.normalize.EntropyController`).
 
 :class:`ThreadStore` implements it in-process for worker threads (Hogwild on
 one :class:`~a3c_core.core.SharedState`); another backend (a process, a Ray
@@ -60,6 +64,9 @@ class RolloutSettings:
     gae_lambda: float = 1.0
     value_coef: float = 0.5
     entropy_beta: float = 0.01
+    #: entropy floor in nats (0 = off): the store's controller raises the
+    #: entropy coefficient above entropy_beta while the policy's entropy is below it
+    entropy_target: float = 0.0
     max_grad_norm: float = 40.0
     #: fixed reward multiplier, or None: divide by the running return std
     reward_scale: float | None = None
@@ -118,6 +125,9 @@ class Store:
     def advantage_scale(self, advantages) -> float:
         raise NotImplementedError
 
+    def entropy_beta(self, entropy_sum=0.0, n=0) -> float:
+        raise NotImplementedError
+
 
 class ThreadStore(Store):
     """In-process store: Hogwild on a :class:`~a3c_core.core.SharedState`.
@@ -130,10 +140,12 @@ class ThreadStore(Store):
 
     syncs_on_apply = True
 
-    def __init__(self, shared, normalizer=None, on_episode=None, adv_normalizer=None):
+    def __init__(self, shared, normalizer=None, on_episode=None, adv_normalizer=None,
+                 entropy_ctl=None):
         self.shared = shared
         self.normalizer = normalizer
         self.adv_normalizer = adv_normalizer
+        self.entropy_ctl = entropy_ctl
         self.on_episode = on_episode
         self.consecutive_skips = 0
         self._lock = threading.Lock()
@@ -164,6 +176,9 @@ class ThreadStore(Store):
 
     def advantage_scale(self, advantages):
         return self.adv_normalizer.update(advantages)
+
+    def entropy_beta(self, entropy_sum=0.0, n=0):
+        return self.entropy_ctl.update(entropy_sum, n)
 
 
 class Worker:
@@ -198,6 +213,7 @@ class Worker:
         self.rewards = np.zeros(T, np.float32)   # rewards used for learning
         self.raw_rewards = np.zeros(T, np.float64)
         self.values = np.zeros(T, np.float32)
+        self._beta = None      # the entropy floor's coefficient for the next update
         self.state = None
         self.ep_return = 0.0
         self.ep_length = 0
@@ -382,8 +398,13 @@ class Worker:
         # backward only over the rows the rollout's steps recorded; the same
         # gradient as loss_and_grad(obs_buf[:n], actions[:n], ret, adv, <rollout's first
         # LSTM state>), up to summation order (tests/test_nn_rollout_grad.py)
+        beta = s.entropy_beta
+        if s.entropy_target > 0:
+            if self._beta is None:
+                self._beta = self.store.entropy_beta()
+            beta = self._beta
         loss = self.net.rollout_grad(self.actions[:n], ret, adv,
-                                     value_coef=s.value_coef, entropy_beta=s.entropy_beta)
+                                     value_coef=s.value_coef, entropy_beta=beta)
         if self._fused_sync:
             norm, applied = self.store.apply(self.net.grads, s.max_grad_norm, self.offset,
                                              local=self.net.params)
@@ -394,6 +415,8 @@ class Worker:
             st.policy_loss += loss["policy_loss"] / n
             st.value_loss += loss["value_loss"] / n
             st.entropy += loss["entropy"] / n
+            if s.entropy_target > 0:
+                self._beta = self.store.entropy_beta(loss["entropy"], n)
             st.grad_norm += norm
             st.updates += 1
         else:
