@@ -288,8 +288,8 @@ def test_entropy_floor_is_saved_and_restored_by_the_trainer(tmp_path):
 
     assert Config(entropy_target=0.5).entropy_target_nats(3) == pytest.approx(0.5 * math.log(3))
     assert Config(entropy_target=0.5).entropy_target_nats(1) == 0.0
-    assert Config().entropy_target_nats(6) == pytest.approx(0.1 * math.log(6))   # the default
-    assert Config(entropy_target=0.0).entropy_target_nats(6) == 0.0
+    assert Config().entropy_target_nats(6) == 0.0          # off by default
+    assert Config(entropy_target=0.1).entropy_target_nats(6) == pytest.approx(0.1 * math.log(6))
     run = tmp_path / "run"
     cfg = Config(env="CartPole-v1", workers=1, total_steps=3000, seed=0, quiet=True,
                  run_dir=str(run), entropy_target=1.0, tensorboard=False, log_interval=0.05)

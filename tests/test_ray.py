@@ -261,7 +261,7 @@ def test_ray_shard_lost_stops_run_and_resume_continues(cluster, tmp_path):
     from a3c_core.checkpoint import load_checkpoint
     from a3c_core.distributed.driver import RayOptions, RayTrainer, ShardLost
 
-    cfg = _cfg(tmp_path, total_steps=0, checkpoint_interval=0.5)
+    cfg = _cfg(tmp_path, total_steps=0, checkpoint_interval=0.5, entropy_target=0.1)
     tr = RayTrainer(cfg, RayOptions(nodes=2, shards=2, sync_ms=20, start_timeout=120))
     ckpt = tmp_path / "run" / "checkpoints" / "latest.npz"
 

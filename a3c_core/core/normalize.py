@@ -214,6 +214,13 @@ class EntropyController:
     (a few seconds of a 2-worker run).  Workers merge under a small lock once
     per update and read ``beta_now`` without it (a stale read delays the
     coefficient by one update).  Saved in checkpoints, restored on resume.
+
+    Measured (bench/RESULTS.md, third session of 2026-11-25), target 0.1 of
+    ln 3 on doom:basic: two of three converged runs were lifted from ~0.05
+    to ~0.2 nats once the coefficient reached ~x12, and stayed learned; in
+    the third the coefficient wound up to x19 before the saturated softmax
+    moved (dH/dlogits is tiny there), and the policy then jumped to uniform
+    play for ~7 s.  So the trainer leaves it off unless asked.
     """
 
     def __init__(self, target, beta, *, rate=1e-4, max_mult=100.0):
