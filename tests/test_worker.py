@@ -392,3 +392,14 @@ def test_entropy_floor_feeds_the_controllers_coefficient_to_each_update():
     w2.rollout()
     assert [c["kw"]["entropy_beta"] for c in net2.calls] == [0.03, 0.03]
     assert store2.seen == []
+
+
+def test_uniform_kl_setting_reaches_the_update():
+    net = SpyNet(build_network("mlp", (2,), 2, hidden=(8,), seed=0))
+    env = ScriptedEnv([1.0, 0.0, 2.0])
+    pipe = ObsPipeline({"kind": "vector"}, env.obs_shape)
+    w = Worker(0, env, net, pipe, RecordingStore(net.n_params),
+               RolloutSettings(t_max=2, reward_scale=1.0, uniform_kl=0.4),
+               np.random.default_rng(0))
+    w.rollout()
+    assert net.calls[0]["kw"]["uniform_kl"] == 0.4

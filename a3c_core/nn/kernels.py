@@ -511,14 +511,15 @@ def lstm_seq_backward_reset(dhs__th, dhT__h, dcT__h, w_hh__gh, hs__th, cs__th, c
 
 @kernel
 def heads_loss(h__th, wp__ah, bp__a, wv__1h, bv__1, actions__t, returns__t, adv__t,
-               value_coef, entropy_beta,
+               value_coef, entropy_beta, uniform_kl,
                probs__ta, values__t, dh__th, dwp__ah, dbp__a, dwv__1h, dbv__1):
     """Policy/value heads, softmax, A3C loss and its backward, over T steps.
 
     Writes probs ``(T, A)``, values ``(T,)``, dh ``(T, H)`` (overwritten) and
     the head gradients (overwritten).  Returns ``(policy_loss, value_loss,
-    entropy)`` as floats; the loss is ``policy_loss + value_coef*value_loss
-    - entropy_beta*entropy``.
+    entropy, kl)`` as floats; the loss is ``policy_loss + value_coef*value_loss
+    - entropy_beta*entropy + uniform_kl*kl`` with ``kl = sum_t KL(U || pi_t)``
+    (U uniform over the actions; its logit gradient is ``p - 1/A``).
     """
     t_len, hd = h__th.shape
     na = wp__ah.shape[0]
@@ -531,6 +532,9 @@ def heads_loss(h__th, wp__ah, bp__a, wv__1h, bv__1, actions__t, returns__t, adv_
     pl = 0.0
     vl = 0.0
     ent = 0.0
+    kl = 0.0
+    inv_na = 1.0 / na
+    log_na = np.log(na)
     for t in range(t_len):
         m = -np.inf
         for a in range(na):
@@ -551,12 +555,15 @@ def heads_loss(h__th, wp__ah, bp__a, wv__1h, bv__1, actions__t, returns__t, adv_
             s += np.exp(logits[a] - m)
         lse = np.log(s)
         h_t = 0.0
+        kl_t = -log_na
         for a in range(na):
             lp = logits[a] - m - lse
             logits[a] = lp                      # now log-probs
             p = np.exp(lp)
             probs__ta[t, a] = p
             h_t -= p * lp
+            kl_t -= inv_na * lp
+        kl += kl_t
         act = actions__t[t]
         advt = adv__t[t]
         pl -= logits[act] * advt
@@ -570,14 +577,14 @@ def heads_loss(h__th, wp__ah, bp__a, wv__1h, bv__1, actions__t, returns__t, adv_
             dwv__1h[0, k] += dv * h__th[t, k]
         for a in range(na):
             p = np.exp(logits[a])
-            dl = p * advt + entropy_beta * p * (logits[a] + h_t)
+            dl = p * advt + entropy_beta * p * (logits[a] + h_t) + uniform_kl * (p - inv_na)
             if a == act:
                 dl -= advt
             dbp__a[a] += dl
             for k in range(hd):
                 dh__th[t, k] += dl * wp__ah[a, k]
                 dwp__ah[a, k] += dl * h__th[t, k]
-    return pl, vl, ent
+    return pl, vl, ent, kl
 
 
 # ---------------------------------------------------------------------------

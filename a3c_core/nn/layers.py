@@ -426,27 +426,30 @@ class Heads:
                 "dtop": np.empty((t_cap, self.n_in), dt)}
 
     def forward_loss(self, ws, p, g, top, actions, returns, advantages, value_coef,
-                     entropy_beta, t_len):
+                     entropy_beta, t_len, uniform_kl=0.0):
         """Heads + A3C loss + their backward in one kernel: probs/values rows,
         ``ws['dtop']`` and the head gradients written.  Returns the stats dict."""
-        pl, vl, ent = K.heads_loss(
+        pl, vl, ent, kl = K.heads_loss(
             top, p["policy.weight"], p["policy.bias"], p["value.weight"], p["value.bias"],
             actions, returns, advantages, float(value_coef), float(entropy_beta),
+            float(uniform_kl),
             ws["probs"][:t_len], ws["values"][:t_len], ws["dtop"][:t_len],
             g["policy.weight"], g["policy.bias"], g["value.weight"], g["value.bias"])
         return {"policy_loss": float(pl), "value_loss": float(vl), "entropy": float(ent),
-                "loss": float(pl + value_coef * vl - entropy_beta * ent)}
+                "uniform_kl": float(kl),
+                "loss": float(pl + value_coef * vl - entropy_beta * ent + uniform_kl * kl)}
 
     def step_args(self, p):
         return (p["policy.weight"], p["policy.bias"], p["value.weight"], p["value.bias"])
 
-    def ref_loss(self, params, top, actions, returns, advantages, value_coef, entropy_beta):
+    def ref_loss(self, params, top, actions, returns, advantages, value_coef, entropy_beta,
+                 uniform_kl=0.0):
         """-> ``(stats, probs, values, cache)``."""
         logits, pc = ref.dense_forward(top, params["policy.weight"], params["policy.bias"])
         values2, vc = ref.dense_forward(top, params["value.weight"], params["value.bias"])
         values = values2[:, 0]
         stats, dlogits, dvalues = ref.a3c_loss(logits, values, actions, returns, advantages,
-                                               value_coef, entropy_beta)
+                                               value_coef, entropy_beta, uniform_kl)
         return stats, ref.softmax(logits), values, (pc, vc, dlogits, dvalues)
 
     def ref_backward(self, cache):

@@ -592,7 +592,7 @@ class Network:
         self._rec_resets = 0
 
     def rollout_grad(self, actions, returns, advantages, *, value_coef=0.5,
-                     entropy_beta=0.01) -> dict:
+                     entropy_beta=0.01, uniform_kl=0.0) -> dict:
         """The gradient of :meth:`loss_and_grad` over the recorded rollout,
         by the backward pass only (the forward is the recorded steps).
 
@@ -621,7 +621,7 @@ class Network:
         top = ws[n_enc]["hs"][1:t_len + 1] if self.recurrent else feat
         self._last_t = t_len
         stats = self.heads.forward_loss(ws[-1], p, self._g, top, actions, returns, advantages,
-                                        value_coef, entropy_beta, t_len)
+                                        value_coef, entropy_beta, t_len, uniform_kl)
         self._backward(inputs, feat, t_len, resets=self._rec_resets > 0)
         return stats
 
@@ -676,7 +676,7 @@ class Network:
             dy = self.encoder[i].backward(ws[i], p, g, inputs[i], dy, t_len, dx)
 
     def _run(self, obs, actions, returns, advantages, state, value_coef, entropy_beta,
-             backward):
+             backward, uniform_kl=0.0):
         obs, t_len = self._check_obs(obs)
         actions, returns, advantages = self._check_targets(actions, returns, advantages, t_len)
         h0 = c0 = None
@@ -688,36 +688,37 @@ class Network:
         x = np.ascontiguousarray(obs, dtype=self._dtype)
         inputs, feat, top = self._forward_encoder_core(x, h0, c0, t_len)
         stats = self.heads.forward_loss(self._ws[-1], self._p, self._g, top, actions, returns,
-                                        advantages, value_coef, entropy_beta, t_len)
+                                        advantages, value_coef, entropy_beta, t_len, uniform_kl)
         if backward:
             self._backward(inputs, feat, t_len)
         return stats
 
     def loss(self, obs, actions, returns, advantages, state, *, value_coef=0.5,
-             entropy_beta=0.01) -> dict:
+             entropy_beta=0.01, uniform_kl=0.0) -> dict:
         """Forward only: the stats of :meth:`loss_and_grad` (grads untouched
         except the head gradients, which the fused heads kernel writes)."""
         return self._run(obs, actions, returns, advantages, state, value_coef,
-                         entropy_beta, backward=False)
+                         entropy_beta, backward=False, uniform_kl=uniform_kl)
 
     def loss_and_grad(self, obs, actions, returns, advantages, state, *, value_coef=0.5,
-                      entropy_beta=0.01):
+                      entropy_beta=0.01, uniform_kl=0.0):
         """A3C loss over a rollout and its gradient (BPTT from ``state``).
 
         obs ``(T, *obs_shape)``, actions int ``(T,)``, returns/advantages
         ``(T,)``; ``state`` the LSTM state before ``obs[0]`` (``None`` = zeros).
         ``loss = -sum log pi(a_t) A_t + value_coef * 0.5 sum (R_t - V_t)^2
-        - entropy_beta * sum H(pi_t)``.
+        - entropy_beta * sum H(pi_t) + uniform_kl * sum KL(U || pi_t)`` (U
+        uniform over the actions).
 
         Returns ``(stats, grads)``: stats dict of floats ``policy_loss``,
-        ``value_loss``, ``entropy``, ``loss``; grads ``name -> view`` of
+        ``value_loss``, ``entropy``, ``uniform_kl``, ``loss``; grads ``name -> view`` of
         ``self.grads`` (overwritten each call).  For LSTM nets the gradient
         wrt the initial state is left in ``self.last_dstate`` ``(dh0, dc0)``.
         After the call ``self.last_probs``/``self.last_values`` view the
         forward's outputs (valid until the next call).
         """
         stats = self._run(obs, actions, returns, advantages, state, value_coef,
-                          entropy_beta, backward=True)
+                          entropy_beta, backward=True, uniform_kl=uniform_kl)
         return stats, self._g
 
     @property
@@ -775,7 +776,7 @@ def network_from_spec(d, *, seed=0, dtype=None) -> Network:
 
 
 def ref_forward_loss(net, params, obs, actions, returns, advantages, state, *,
-                     value_coef=0.5, entropy_beta=0.01, backward=True):
+                     value_coef=0.5, entropy_beta=0.01, backward=True, uniform_kl=0.0):
     """The network's forward + A3C loss + backward composed from the layers'
     ``ref`` twins.
 
@@ -793,7 +794,8 @@ def ref_forward_loss(net, params, obs, actions, returns, advantages, state, *,
         x, new_state, core_cache = net.core.ref_forward(
             params, x, state if state is not None else net.initial_state())
     stats, probs, values, head_cache = net.heads.ref_loss(params, x, actions, returns,
-                                                          advantages, value_coef, entropy_beta)
+                                                          advantages, value_coef, entropy_beta,
+                                                          uniform_kl)
     extras = {"probs": probs, "values": values, "state": new_state}
     if not backward:
         return stats, None, extras

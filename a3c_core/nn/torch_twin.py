@@ -16,6 +16,8 @@ these functions (``pip install torch==2.13.0``, the CPU wheel).  The CLI is
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 TOL = {"float64": 1e-9, "float32": 1e-3}
@@ -98,7 +100,7 @@ def torch_state(state, model):
 
 
 def torch_loss_and_grad(model, obs, actions, returns, adv, state, value_coef=0.5,
-                        entropy_beta=0.01):
+                        entropy_beta=0.01, uniform_kl=0.0):
     """The A3C loss of ``Network.loss_and_grad`` (sums over T) and its grads."""
     torch = import_torch()
     dt = next(model.parameters()).dtype
@@ -110,7 +112,8 @@ def torch_loss_and_grad(model, obs, actions, returns, adv, state, value_coef=0.5
     policy_loss = -(logp.gather(1, a[:, None])[:, 0] * adv_t).sum()
     value_loss = 0.5 * ((ret - values) ** 2).sum()
     entropy = -(logp.exp() * logp).sum()
-    loss = policy_loss + value_coef * value_loss - entropy_beta * entropy
+    kl = (-logp.mean(1) - math.log(logp.shape[1])).sum()    # sum_t KL(U || pi_t)
+    loss = policy_loss + value_coef * value_loss - entropy_beta * entropy + uniform_kl * kl
     model.zero_grad(set_to_none=False)
     loss.backward()
     return float(loss.detach()), {k: p.grad.detach().numpy() for k, p in model.named_parameters()}

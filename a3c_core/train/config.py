@@ -74,6 +74,7 @@ _RANGES = {
     "advantage_horizon": (0.0, 1e12),
     "advantage_scale_max": (0.0, 1e12),
     "entropy_target": (0.0, 1.0),
+    "uniform_kl": (0.0, 10.0),
 }
 
 
@@ -102,6 +103,7 @@ class Config:
     adam_clip_relative: float = _f(0.0, "Adam: also clip each gradient to this many times the norm Adam's second moments expect, sqrt(sum v_hat), so that a burst after convergence cannot move every weight by 3.2 x lr (0 = off; see Adam.clip_scale)")
     entropy_beta: float = _f(0.01, "entropy bonus coefficient, in [0, 10] (rewards are normalized by default, so one value fits every env)")
     entropy_target: float = _f(0.0, "entropy floor, as a fraction of the most a policy can have, ln(n_actions), in [0, 1]: while the rollouts' mean entropy is below it the entropy coefficient rises above entropy_beta (x100 at most) and falls back to it above (0 = off, a fixed entropy_beta). Off by default: on doom:basic at 0.1 it lifted 2 of 3 converged runs to ~0.2 nats, but in the third the coefficient wound up to x19 before the policy moved, and it then jumped to uniform play (bench/RESULTS.md)")
+    uniform_kl: float = _f(0.0, "coefficient of a KL(uniform || pi) penalty per step, in [0, 10] (0 = off). Unlike the entropy bonus, whose logit gradient vanishes as the policy turns deterministic, its gradient p - 1/A does not, so it bounds the logit margins of a converged policy (bench/RESULTS.md)")
     value_coef: float = _f(0.5, "value-loss coefficient, in [0, 1000]")
     max_grad_norm: float = _f(40.0, "global gradient-norm clip (0 = no clipping)")
     reward_scale: Optional[float] = _f(None, "multiply rewards by this fixed factor for learning (default: normalize them by the running standard deviation of the discounted return; see a3c_core.core.normalize)")

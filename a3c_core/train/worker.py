@@ -67,6 +67,8 @@ class RolloutSettings:
     #: entropy floor in nats (0 = off): the store's controller raises the
     #: entropy coefficient above entropy_beta while the policy's entropy is below it
     entropy_target: float = 0.0
+    #: coefficient of the KL(uniform || pi) penalty (0 = off; see Config.uniform_kl)
+    uniform_kl: float = 0.0
     max_grad_norm: float = 40.0
     #: fixed reward multiplier, or None: divide by the running return std
     reward_scale: float | None = None
@@ -403,8 +405,8 @@ class Worker:
             if self._beta is None:
                 self._beta = self.store.entropy_beta()
             beta = self._beta
-        loss = self.net.rollout_grad(self.actions[:n], ret, adv,
-                                     value_coef=s.value_coef, entropy_beta=beta)
+        loss = self.net.rollout_grad(self.actions[:n], ret, adv, value_coef=s.value_coef,
+                                     entropy_beta=beta, uniform_kl=s.uniform_kl)
         if self._fused_sync:
             norm, applied = self.store.apply(self.net.grads, s.max_grad_norm, self.offset,
                                              local=self.net.params)
