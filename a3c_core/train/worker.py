@@ -2,7 +2,7 @@
 
 A :class:`Worker` owns an env, a local network (params, grads, LSTM state),
 its preprocessing, its RNG and its rollout buffers.  Everything it shares with
-other workers goes through a :class:`Store` with five operations:
+other workers goes through a :class:`Store` with these operations:
 
 * ``pull(local_params)`` - copy the global parameters into the local ones;
 * ``apply(grads, max_grad_norm, offset) -> (norm, applied)`` - clip and apply
