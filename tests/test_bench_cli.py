@@ -110,3 +110,48 @@ def test_stay_check_on_a_known_run(tmp_path, capsys):
     np.testing.assert_allclose(sc.trailing_mean(np.array([1.0, 3.0, 5.0]), 2), [1, 2, 4])
     with pytest.raises(SystemExit):
         sc.main([str(tmp_path / "missing")])
+
+
+def test_trace_updates_records_every_update(tmp_path):
+    """bench/trace_updates.py on a short CartPole run (1 worker): one row per
+    update, in order, whose step counts add up to the run's, whose per-layer
+    gradient norms make up the global norm, whose rebuilt episode returns are
+    the run's episodes.csv, and no staleness with one worker. The wrapped
+    methods are put back afterwards."""
+    import csv
+    import importlib.util
+    import os
+
+    from a3c_core.nn.network import Network
+    from a3c_core.train import worker as W
+
+    spec = importlib.util.spec_from_file_location(
+        "trace_updates", os.path.join(os.path.dirname(__file__), "..", "bench", "trace_updates.py"))
+    tu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tu)
+    before = (W.Worker._apply_update, W.Worker.rollout, W.ThreadStore.apply, Network.rollout_grad)
+    out = tmp_path / "trace.npz"
+    run = tmp_path / "run"
+    rc = tu.main([str(out), "--", "--env", "CartPole-v1", "--workers", "1", "--total-steps",
+                  "600", "--seed", "3", "--run-dir", str(run), "--quiet",
+                  "--checkpoint-interval", "0", "--no-tensorboard"])
+    assert rc == 0
+    assert (W.Worker._apply_update, W.Worker.rollout, W.ThreadStore.apply,
+            Network.rollout_grad) == before
+    d = tu.load(out)
+    k = len(d["t"])
+    assert k > 10
+    np.testing.assert_array_equal(d["seq"], np.arange(1, k + 1))
+    assert np.all(d["stale"] == 0) and np.all(d["wid"] == 0)
+    assert d["n"].sum() >= 600 and d["n"].sum() - d["n"][-1] < 600
+    assert np.all(d["n"] <= 20) and np.all(d["applied"] == 1)
+    parts = np.sqrt(d["g_conv"] ** 2 + d["g_fc"] ** 2 + d["g_lstm"] ** 2 + d["g_pol"] ** 2
+                    + d["g_val"] ** 2)
+    np.testing.assert_allclose(parts, d["gnorm"], rtol=1e-4)
+    assert np.all((d["pmin"] > 0) & (d["pmin"] <= d["pmax_mean"] + 1e-6) & (d["pmax_mean"] <= 1))
+    rows = list(csv.DictReader(open(run / "episodes.csv")))
+    ended = np.where(d["ended"] == 1)[0]
+    assert len(ended) == len(rows)
+    starts = np.r_[0, ended[:-1] + 1]
+    rebuilt = [d["raw"][a:b + 1].sum() for a, b in zip(starts, ended)]
+    np.testing.assert_allclose(rebuilt, [float(r["return"]) for r in rows])
