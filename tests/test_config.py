@@ -129,3 +129,5 @@ def test_shipped_config_files_load():
         Config.from_toml(str(f))
     assert Config.from_toml(str(root / "doom_basic.toml")) == Config().replace(
         spec="doom-lstm", frame_skip=4, lr=1e-4)
+    pong = Config.from_toml(str(root / "pong.toml"))
+    assert (pong.env, pong.repeat_action_probability, pong.total_seconds) == ("ALE/Pong-v5", 0.0, 3600.0)
