@@ -112,6 +112,42 @@ cdef extern from *:
         }
     }
 
+    /* AMSGrad (Reddi et al. 2018; PyTorch's amsgrad=True): as a3c_adam, and
+       vmax <- max(vmax, v); the step divides by sqrt(vmax*bc2) + eps, so once
+       the gradients shrink the step shrinks with them instead of staying ~lr */
+    A3C_CLONES static void a3c_adam_ams(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
+                                       float *A3C_RESTRICT m, float *A3C_RESTRICT v,
+                                       float *A3C_RESTRICT vmax, Py_ssize_t n,
+                                       float lr, float b1, float one_m_b1, float b2,
+                                       float one_m_b2, float bc1, float bc2, float eps,
+                                       float gs, float *A3C_RESTRICT out) {
+        if (out) {
+            for (Py_ssize_t i = 0; i < n; i++) {
+                float d = g[i] * gs;
+                float mi = b1 * m[i] + one_m_b1 * d;
+                float vi = b2 * v[i] + one_m_b2 * (d * d);
+                float wi = vmax[i] > vi ? vmax[i] : vi;
+                float pi = p[i] - (lr * (mi * bc1)) / (sqrtf(wi * bc2) + eps);
+                m[i] = mi;
+                v[i] = vi;
+                vmax[i] = wi;
+                p[i] = pi;
+                out[i] = pi;
+            }
+            return;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            float d = g[i] * gs;
+            float mi = b1 * m[i] + one_m_b1 * d;
+            float vi = b2 * v[i] + one_m_b2 * (d * d);
+            float wi = vmax[i] > vi ? vmax[i] : vi;
+            m[i] = mi;
+            v[i] = vi;
+            vmax[i] = wi;
+            p[i] = p[i] - (lr * (mi * bc1)) / (sqrtf(wi * bc2) + eps);
+        }
+    }
+
     A3C_CLONES static void a3c_sgd(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
                                   Py_ssize_t n, float lr, float gs, float *A3C_RESTRICT out) {
         if (out) {
@@ -133,6 +169,10 @@ cdef extern from *:
     void a3c_adam(float *p, const float *g, float *m, float *v, Py_ssize_t n,
                   float lr, float b1, float one_m_b1, float b2, float one_m_b2,
                   float bc1, float bc2, float eps, float gs, float *out) noexcept nogil
+    void a3c_adam_ams(float *p, const float *g, float *m, float *v, float *vmax,
+                      Py_ssize_t n, float lr, float b1, float one_m_b1, float b2,
+                      float one_m_b2, float bc1, float bc2, float eps, float gs,
+                      float *out) noexcept nogil
     void a3c_sgd(float *p, const float *g, Py_ssize_t n, float lr, float gs,
                  float *out) noexcept nogil
 
@@ -226,12 +266,15 @@ def rmsprop_apply(params, grads, square_avg, double lr, double alpha, double eps
 
 
 def adam_apply(params, grads, exp_avg, exp_avg_sq, double lr, double beta1,
-               double beta2, double eps, long long step, double grad_scale=1.0, out=None):
+               double beta2, double eps, long long step, double grad_scale=1.0, out=None,
+               max_exp_avg_sq=None):
     """Adam step in place with bias correction for the given (shared) step >= 1.
 
     d = grad_scale*g; m <- b1*m + (1-b1)*d; v <- b2*v + (1-b2)*d*d;
     params <- params - lr*(m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps).
     ``out`` (optional): also receives the new params in the same sweep.
+    ``max_exp_avg_sq`` (optional): AMSGrad; vmax <- max(vmax, v) and the step
+    divides by sqrt(vmax/(1-b2^t)) + eps instead.
     """
     cdef Py_ssize_t n = _check_f32(params, "params", True)
     _check_f32(grads, "grads", False, n)
@@ -245,8 +288,17 @@ def adam_apply(params, grads, exp_avg, exp_avg_sq, double lr, double beta1,
     _check_disjoint(exp_avg, "exp_avg", exp_avg_sq, "exp_avg_sq")
     if step < 1:
         raise ValueError(f"step must be >= 1, got {step}")
-    cdef float* po = _out_ptr(out, n, [params, grads, exp_avg, exp_avg_sq],
-                              ["params", "grads", "exp_avg", "exp_avg_sq"])
+    cdef float* pw = NULL
+    if max_exp_avg_sq is not None:
+        _check_f32(max_exp_avg_sq, "max_exp_avg_sq", True, n)
+        for other, name in ((params, "params"), (grads, "grads"), (exp_avg, "exp_avg"),
+                            (exp_avg_sq, "exp_avg_sq")):
+            _check_disjoint(max_exp_avg_sq, "max_exp_avg_sq", other, name)
+        pw = _fptr(max_exp_avg_sq)
+    cdef float* po = _out_ptr(out, n, [params, grads, exp_avg, exp_avg_sq]
+                              + ([] if pw == NULL else [max_exp_avg_sq]),
+                              ["params", "grads", "exp_avg", "exp_avg_sq"]
+                              + ([] if pw == NULL else ["max_exp_avg_sq"]))
     cdef float bc1 = <float>(1.0 / (1.0 - beta1 ** step))
     cdef float bc2 = <float>(1.0 / (1.0 - beta2 ** step))
     cdef float* pp = _fptr(params)
@@ -257,7 +309,11 @@ def adam_apply(params, grads, exp_avg, exp_avg_sq, double lr, double beta1,
     cdef float fb2 = <float>beta2, f1b2 = <float>(1.0 - beta2)
     cdef float feps = <float>eps, fgs = <float>grad_scale
     with nogil:
-        a3c_adam(pp, pg, pm, pv, n, flr, fb1, f1b1, fb2, f1b2, bc1, bc2, feps, fgs, po)
+        if pw == NULL:
+            a3c_adam(pp, pg, pm, pv, n, flr, fb1, f1b1, fb2, f1b2, bc1, bc2, feps, fgs, po)
+        else:
+            a3c_adam_ams(pp, pg, pm, pv, pw, n, flr, fb1, f1b1, fb2, f1b2, bc1, bc2, feps,
+                         fgs, po)
 
 
 def sgd_apply(params, grads, double lr, double grad_scale=1.0, out=None):

@@ -8,7 +8,7 @@ import pytest
 
 from a3c_core.core import (SGD, Adam, RMSProp, SharedState, clip_grad_norm, make_optimizer,
                            sync_params)
-from a3c_core.core.ref import ref_adam, ref_clip, ref_rmsprop, ref_sgd
+from a3c_core.core.ref import ref_adam, ref_amsgrad, ref_clip, ref_rmsprop, ref_sgd
 
 RTOL, ATOL = 2e-6, 1e-7
 
@@ -45,6 +45,90 @@ def test_adam_parity(n):
         np.testing.assert_allclose(opt.exp_avg, m, rtol=RTOL, atol=ATOL)
         np.testing.assert_allclose(opt.exp_avg_sq, v, rtol=RTOL, atol=ATOL)
         np.testing.assert_allclose(p, want_p, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("n", [1, 5, 8, 13, 1000, 4099])
+@pytest.mark.parametrize("offset", [0, 3])
+def test_amsgrad_parity(n, offset):
+    """AMSGrad against its numpy twin, with the out= sweep and a wrapped offset;
+    a large first gradient then small ones, so the running max matters."""
+    rng = np.random.default_rng(200 + n)
+    p = _rand(rng, n)
+    opt = Adam(n, lr=1e-2, beta1=0.8, beta2=0.99, eps=1e-6, amsgrad=True)
+    m, v, w = (np.zeros(n, np.float32) for _ in range(3))
+    out = np.empty(n, np.float32)
+    for t in range(1, 6):
+        g = _rand(rng, n, 3.0 if t == 1 else 0.1)
+        want_p, m, v, w = ref_amsgrad(p, g, m, v, w, 1e-2, 0.8, 0.99, 1e-6, t, grad_scale=0.5)
+        opt.apply(p, g, grad_scale=0.5, offset=offset, out=out)
+        np.testing.assert_allclose(opt.exp_avg, m, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(opt.exp_avg_sq, v, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(opt.max_exp_avg_sq, w, rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(p, want_p, rtol=RTOL, atol=ATOL)
+        np.testing.assert_array_equal(out, p)
+    assert np.all(opt.max_exp_avg_sq >= opt.exp_avg_sq)
+    assert np.any(opt.max_exp_avg_sq > opt.exp_avg_sq)     # the large first gradient is kept
+
+
+def test_amsgrad_step_shrinks_with_the_gradient_where_adam_does_not():
+    """The drift mechanism in one weight: after 2,000 applies of unit gradients,
+    14,000 of gradients 100x smaller (v forgets in ~1,000).  Adam's steps return
+    to ~lr (scale-free); AMSGrad's are ~lr/100, as SGD's would be."""
+    steps = {}
+    for ams in (False, True):
+        p = np.zeros(1, np.float32)
+        opt = Adam(1, lr=1e-3, amsgrad=ams)
+        for k in range(16000):
+            if k == 15999:
+                before = p.copy()
+            opt.apply(p, np.array([1.0 if k < 2000 else 0.01], np.float32))
+        steps[ams] = float(before[0] - p[0])
+    assert steps[False] == pytest.approx(1e-3, rel=0.05)
+    assert steps[True] < 3e-5 and steps[True] > 0
+
+
+def test_amsgrad_state_roundtrip_and_legacy_state():
+    rng = np.random.default_rng(9)
+    n = 64
+    a = Adam(n, amsgrad=True)
+    p = _rand(rng, n)
+    for _ in range(3):
+        a.apply(p, _rand(rng, n))
+    d = a.state_dict()
+    assert set(d) >= {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}
+    b = Adam(n, amsgrad=True)
+    b.load_state_dict(d)
+    for k in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"):
+        np.testing.assert_array_equal(getattr(a, k), getattr(b, k))
+    # a checkpoint written without AMSGrad: the running max starts at v
+    plain = Adam(n)
+    plain.apply(p, _rand(rng, n))
+    c = Adam(n, amsgrad=True)
+    c.load_state_dict(plain.state_dict())
+    np.testing.assert_array_equal(c.max_exp_avg_sq, plain.exp_avg_sq)
+    assert "max_exp_avg_sq" not in plain.state_dict()
+    with pytest.raises(TypeError, match="amsgrad"):
+        Adam(n, amsgrad="yes")
+    bad = dict(d, max_exp_avg_sq=np.zeros(n + 1, np.float32))
+    with pytest.raises(ValueError, match="max_exp_avg_sq"):
+        Adam(n, amsgrad=True).load_state_dict(bad)
+
+
+def test_amsgrad_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(4)
+    n = 257
+    p0 = _rand(rng, n)
+    tp = torch.nn.Parameter(torch.tensor(p0.copy()))
+    topt = torch.optim.Adam([tp], lr=1e-3, betas=(0.9, 0.99), eps=1e-8, amsgrad=True)
+    opt = Adam(n, lr=1e-3, beta1=0.9, beta2=0.99, eps=1e-8, amsgrad=True)
+    p = p0.copy()
+    for t in range(20):
+        g = _rand(rng, n, 2.0 if t < 3 else 0.05)
+        tp.grad = torch.tensor(g)
+        topt.step()
+        opt.apply(p, g)
+    np.testing.assert_allclose(p, tp.detach().numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_sgd_parity_and_grad_scale():

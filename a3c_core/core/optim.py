@@ -252,6 +252,18 @@ class Adam(Optimizer):
     count, the well-known bug in A3C ports, lags by the number of workers
     and over-corrects early updates.)  ``global_step`` is accepted for the
     common interface and ignored.
+
+    ``amsgrad=True`` (Reddi et al. 2018; PyTorch's ``amsgrad``) keeps a third
+    array, the running maximum of ``v``, and divides the step by it:
+    ``params <- params - lr * m_hat / (sqrt(max(v)/(1-b2^t)) + eps)``.  Why:
+    Adam's step is invariant to the gradient's scale, so once a policy has
+    converged and its gradients shrink to noise (doom:basic: 18-42x smaller,
+    bench/RESULTS.md) plain Adam keeps moving every weight by about as much
+    per apply as while it was learning, a random walk that the gradients do
+    not ask for.  With the maximum the step shrinks with the gradient, the
+    way SGD's does, and a burst after convergence is measured against the
+    largest gradients seen, not the smallest.  A state saved without the
+    maximum is loaded with it set to ``v``.
     """
 
     name = "adam"
@@ -264,7 +276,13 @@ class Adam(Optimizer):
     RESYNC_EVERY = 1000
 
     def __init__(self, n_params, lr=1e-4, beta1=0.9, beta2=0.999, eps=1e-8,
-                 clip_relative=0.0):
+                 clip_relative=0.0, amsgrad=False):
+        if not isinstance(amsgrad, (bool, np.bool_)):
+            raise TypeError(f"amsgrad must be a bool, got {type(amsgrad).__name__}")
+        #: AMSGrad: the step divides by the running maximum of v (one more array)
+        self.amsgrad = bool(amsgrad)
+        if self.amsgrad:
+            self._arrays = Adam._arrays + ("max_exp_avg_sq",)
         super().__init__(n_params)
         self.lr = _check_float("lr", lr, lo=0.0)
         self.beta1 = _check_float("beta1", beta1, lo=0.0, hi=1.0, hi_open=True)
@@ -291,10 +309,11 @@ class Adam(Optimizer):
         try:
             # a bad argument is rejected by the first call, before anything is
             # written: the spans only split arrays already checked 1-D of n_params
+            w = self.max_exp_avg_sq if self.amsgrad else None
             for sl in self._spans(offset, params, grads, *_opt(out)):
                 _hogwild.adam_apply(params[sl], grads[sl], m[sl], v[sl], self.lr,
                                     self.beta1, self.beta2, self.eps, t, grad_scale,
-                                    _sl(out, sl))
+                                    _sl(out, sl), _sl(w, sl))
         except (TypeError, ValueError):
             with self._lock:       # rejected before anything was written
                 self.step -= 1
@@ -361,9 +380,16 @@ class Adam(Optimizer):
             return self.relative_clips, self.relative_checks
 
     def load_state_dict(self, d):
+        if self.amsgrad and isinstance(d, dict) and "max_exp_avg_sq" not in d \
+                and "exp_avg_sq" in d:
+            # a state saved without AMSGrad: the running maximum starts at v
+            d = dict(d, max_exp_avg_sq=d["exp_avg_sq"])
         super().load_state_dict(d)
         with self._lock:
             self._v_sum_step = None
+
+    def __repr__(self):
+        return super().__repr__()[:-1] + (", amsgrad=True)" if self.amsgrad else ")")
 
     def moment_stats(self):
         """Diagnostics of the shared moments, for logs (one read pass, racy but finite).
@@ -380,6 +406,8 @@ class Adam(Optimizer):
         bc2 = 1.0 / (1.0 - self.beta2 ** t)
         v = self.exp_avg_sq.astype(np.float64) * bc2
         den_rms = float(np.sqrt(v.mean()))
+        if self.amsgrad:                 # the step's denominator: the running max
+            v = self.max_exp_avg_sq.astype(np.float64) * bc2
         np.sqrt(v, out=v)
         v += self.eps
         u = self.exp_avg.astype(np.float64)

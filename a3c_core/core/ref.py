@@ -12,7 +12,7 @@ import functools
 
 from a3c_core._preprocess import LUMA
 
-__all__ = ["ref_sgd", "ref_rmsprop", "ref_adam", "ref_clip", "ref_returns",
+__all__ = ["ref_sgd", "ref_rmsprop", "ref_adam", "ref_amsgrad", "ref_clip", "ref_returns",
            "ref_gae", "ref_preprocess"]
 
 _f32 = np.float32
@@ -42,6 +42,20 @@ def ref_adam(params, grads, exp_avg, exp_avg_sq, lr, beta1, beta2, eps, step,
     bc2 = _f32(1.0 / (1.0 - beta2 ** step))
     p = params - (_f32(lr) * (m * bc1)) / (np.sqrt(v * bc2) + _f32(eps))
     return p, m, v
+
+
+def ref_amsgrad(params, grads, exp_avg, exp_avg_sq, max_exp_avg_sq, lr, beta1, beta2, eps,
+                step, grad_scale=1.0):
+    """-> (params, m, v, vmax) after AMSGrad step number ``step`` (>= 1): Adam whose
+    denominator uses the running maximum of v (PyTorch's ``amsgrad=True``)."""
+    d = grads * _f32(grad_scale)
+    m = _f32(beta1) * exp_avg + _f32(1.0 - beta1) * d
+    v = _f32(beta2) * exp_avg_sq + _f32(1.0 - beta2) * (d * d)
+    w = np.maximum(max_exp_avg_sq, v)
+    bc1 = _f32(1.0 / (1.0 - beta1 ** step))
+    bc2 = _f32(1.0 / (1.0 - beta2 ** step))
+    p = params - (_f32(lr) * (m * bc1)) / (np.sqrt(w * bc2) + _f32(eps))
+    return p, m, v, w
 
 
 def ref_clip(grads, max_norm):

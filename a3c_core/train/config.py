@@ -100,6 +100,7 @@ class Config:
     adam_beta1: float = _f(0.9, "Adam beta1, in [0, 1)")
     adam_beta2: float = _f(0.999, "Adam beta2, in [0, 1)")
     adam_eps: float = _f(1e-8, "Adam epsilon, > 0")
+    adam_amsgrad: bool = _f(False, "Adam: AMSGrad, divide the step by the running maximum of the second moments, so that once the gradients shrink after convergence the step shrinks with them instead of random-walking the weights at ~lr per apply (bench/RESULTS.md)")
     adam_clip_relative: float = _f(0.0, "Adam: also clip each gradient to this many times the norm Adam's second moments expect, sqrt(sum v_hat), so that a burst after convergence cannot move every weight by 3.2 x lr (0 = off; see Adam.clip_scale)")
     entropy_beta: float = _f(0.01, "entropy bonus coefficient, in [0, 10] (rewards are normalized by default, so one value fits every env)")
     entropy_target: float = _f(0.0, "entropy floor, as a fraction of the most a policy can have, ln(n_actions), in [0, 1]: while the rollouts' mean entropy is below it the entropy coefficient rises above entropy_beta (x100 at most) and falls back to it above (0 = off, a fixed entropy_beta). Off by default: on doom:basic at 0.1 it lifted 2 of 3 converged runs to ~0.2 nats, but in the third the coefficient wound up to x19 before the policy moved, and it then jumped to uniform play (bench/RESULTS.md)")

@@ -166,6 +166,17 @@ class RewardWindows:
         return float(arr[-self.short:].mean()), float(arr.mean()), arr.size
 
 
+def _rms_diff(a, b) -> float:
+    """RMS of ``a - b`` over two flat float32 arrays, in float64 (chunked, no
+    full-size temporary)."""
+    n = a.shape[0]
+    acc = 0.0
+    for lo in range(0, n, 1 << 16):
+        d = a[lo:lo + (1 << 16)].astype(np.float64) - b[lo:lo + (1 << 16)]
+        acc += float(np.dot(d, d))
+    return math.sqrt(acc / n) if n else 0.0
+
+
 class Trainer:
     """Owns one training run; use as a context manager or call :meth:`close`.
 
@@ -177,6 +188,8 @@ class Trainer:
     #: at checkpoints, so it says False
     _live_optimizer = True
     _relative_clips_logged = (0, 0)
+    _param_snapshot = None          # shared params at the last log (optim/param_change_*)
+    _param_snapshot_updates = 0
 
     def __init__(self, cfg: Config, *, resume: str | None = None, out=None):
         from a3c_core import checkpoint as _ck
@@ -306,7 +319,7 @@ class Trainer:
                         anneal_steps=c.total_steps if c.lr_anneal else 0)
         if c.optimizer == "adam":
             return dict(lr=lr, beta1=c.adam_beta1, beta2=c.adam_beta2, eps=c.adam_eps,
-                        clip_relative=c.adam_clip_relative)
+                        clip_relative=c.adam_clip_relative, amsgrad=bool(c.adam_amsgrad))
         return dict(lr=lr)
 
     def _settings(self) -> RolloutSettings:
@@ -643,6 +656,22 @@ class Trainer:
             den_rms, upd_rms = stats()
             log.scalar("optim/adam_denominator_rms", den_rms, steps, el)
             log.scalar("optim/adam_update_rms", upd_rms, steps, el)
+            # how far the shared parameters moved since the last log, RMS per
+            # element in units of lr, and per apply: Adam's step does not shrink
+            # with the gradient, so after convergence the weights keep moving
+            # at this rate whatever the gradients say (bench/RESULTS.md)
+            opt = self.shared.optimizer
+            upd_now = int(self.shared.updates)
+            snap = self._param_snapshot
+            if snap is not None and upd_now > self._param_snapshot_updates and opt.lr > 0:
+                change = _rms_diff(self.shared.params, snap) / opt.lr
+                log.scalar("optim/param_change_rms", change, steps, el)
+                log.scalar("optim/param_change_per_apply",
+                           change / (upd_now - self._param_snapshot_updates), steps, el)
+            if snap is None:
+                snap = self._param_snapshot = np.empty_like(self.shared.params)
+            np.copyto(snap, self.shared.params)
+            self._param_snapshot_updates = upd_now
             if n_upd > 0 and den_rms > 0:
                 # mean gradient norm over the interval / the norm Adam expects
                 log.scalar("optim/grad_to_adam_ratio",
