@@ -10,6 +10,19 @@ def test_defaults_are_the_standard_workload():
     assert (c.value_coef, c.entropy_beta, c.max_grad_norm) == (0.5, 0.01, 40.0)
     assert c.optimizer == "adam" and c.learning_rate() == pytest.approx(1e-4)
     assert Config(optimizer="rmsprop").learning_rate() == pytest.approx(7e-4)
+    # Adam on the vector specs: 3e-4 (bench/RESULTS.md); an explicit lr always wins
+    assert c.learning_rate("doom-lstm") == pytest.approx(1e-4)
+    assert c.learning_rate("atari-lstm") == pytest.approx(1e-4)
+    assert c.learning_rate("mlp-lstm") == pytest.approx(3e-4)
+    assert c.learning_rate("mlp") == pytest.approx(3e-4)
+    assert Config(lr=5e-5).learning_rate("mlp-lstm") == pytest.approx(5e-5)
+    assert Config(optimizer="rmsprop").learning_rate("mlp-lstm") == pytest.approx(7e-4)
+    # AMSGrad: on for the vector specs unless set
+    assert c.adam_amsgrad is None
+    assert c.amsgrad("mlp-lstm") and c.amsgrad("mlp")
+    assert not c.amsgrad("doom-lstm") and not c.amsgrad("atari-lstm")
+    assert not Config(adam_amsgrad=False).amsgrad("mlp-lstm")
+    assert Config(adam_amsgrad=True).amsgrad("doom-lstm")
     # one source of truth for optimizer defaults: the optimizer classes
     from a3c_core.core.optim import SGD
 

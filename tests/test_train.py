@@ -74,7 +74,8 @@ def test_adam_moment_scalars_are_logged(tmp_path, clip):
         for row in csv.DictReader(fh):
             if row["name"].startswith("optim/"):
                 vals.setdefault(row["name"], []).append(float(row["value"]))
-    names = {"optim/adam_denominator_rms", "optim/adam_update_rms", "optim/grad_to_adam_ratio"}
+    names = {"optim/adam_denominator_rms", "optim/adam_update_rms", "optim/grad_to_adam_ratio",
+             "optim/param_change_rms", "optim/param_change_per_apply"}
     frac = vals.pop("optim/relative_clip_fraction", None)
     assert set(vals) == names
     for name, v in vals.items():
@@ -85,6 +86,19 @@ def test_adam_moment_scalars_are_logged(tmp_path, clip):
         assert frac and all(0.0 <= x <= 1.0 for x in frac) and max(frac) > 0, frac
 
 
+def test_rms_diff_matches_numpy():
+    """optim/param_change_rms's reduction against numpy in float64, across the
+    chunk boundary (65,536) and for an empty vector."""
+    from a3c_core.train.trainer import _rms_diff
+    rng = np.random.default_rng(3)
+    for n in (1, 1000, 65_536, 200_003):
+        a = rng.standard_normal(n).astype(np.float32)
+        b = (a + rng.standard_normal(n).astype(np.float32) * 1e-3).astype(np.float32)
+        want = np.sqrt(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+        assert _rms_diff(a, b) == pytest.approx(want, rel=1e-12)
+    assert _rms_diff(np.zeros(0, np.float32), np.zeros(0, np.float32)) == 0.0
+
+
 def test_cli_train_cartpole_and_gif_free_eval(tmp_path, capsys):
     run = str(tmp_path / "cp")
     rc = main(["train", "--env", "CartPole-v1", "--workers", "2", "--total-steps", "600",
@@ -92,6 +106,9 @@ def test_cli_train_cartpole_and_gif_free_eval(tmp_path, capsys):
     assert rc == 0
     ck = load_checkpoint(run)
     assert ck.meta["network"]["name"] == "mlp-lstm"
+    # the vector specs' Adam default (config.VECTOR_SPEC_ADAM_LR) is what the run used
+    assert ck.meta["optimizer_scalars"]["lr"] == pytest.approx(3e-4)
+    assert set(ck.opt_arrays) == {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}  # AMSGrad
     assert main(["eval", run, "--which", "latest", "--episodes", "3", "--sample"]) == 0
     assert "3 episodes (sampled)" in capsys.readouterr().out
 

@@ -313,13 +313,13 @@ class Trainer:
 
     def _opt_kwargs(self):
         c = self.cfg
-        lr = c.learning_rate()
+        lr = c.learning_rate(self.spec_name)
         if c.optimizer == "rmsprop":
             return dict(lr=lr, alpha=c.rmsprop_alpha, eps=c.rmsprop_eps,
                         anneal_steps=c.total_steps if c.lr_anneal else 0)
         if c.optimizer == "adam":
             return dict(lr=lr, beta1=c.adam_beta1, beta2=c.adam_beta2, eps=c.adam_eps,
-                        clip_relative=c.adam_clip_relative, amsgrad=bool(c.adam_amsgrad))
+                        clip_relative=c.adam_clip_relative, amsgrad=c.amsgrad(self.spec_name))
         return dict(lr=lr)
 
     def _settings(self) -> RolloutSettings:
