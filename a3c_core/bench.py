@@ -315,7 +315,8 @@ def bench_network(net, T, repeat, min_time, peak, fl) -> list[Row]:
     params = net.params.copy()
     n = net.n_params
     for name, opt in (("rmsprop apply", core.RMSProp(n, lr=7e-4, alpha=0.99, eps=0.1)),
-                      ("adam apply", core.Adam(n, lr=1e-4))):
+                      ("adam apply", core.Adam(n, lr=1e-4)),
+                      ("adam apply (amsgrad)", core.Adam(n, lr=3e-4, amsgrad=True))):
         s = time_call(lambda: opt.apply(params, grads, 0), repeat=repeat, min_time=min_time)
         rows.append(Row(name, _us(s), "us", f"{n:,} float32 params, in place"))
     rows.extend(bench_update_tail(n, grads, repeat, min_time))

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from a3c_core.core import Adam, Preprocessor, RMSProp, clip_grad_norm, discounted_returns, gae
-from a3c_core.core.ref import (ref_adam, ref_clip, ref_gae, ref_preprocess, ref_returns,
-                               ref_rmsprop)
+from a3c_core.core.ref import (ref_adam, ref_amsgrad, ref_clip, ref_gae, ref_preprocess,
+                               ref_returns, ref_rmsprop)
 
 N = 1_200_000
 K = 20          # updates per thread per round in the threaded benchmarks
@@ -31,7 +31,7 @@ def _arrays(seed=0):
 
 
 def _make(name):
-    return RMSProp(N) if name == "rmsprop" else Adam(N)
+    return RMSProp(N) if name == "rmsprop" else Adam(N, amsgrad=name == "amsgrad")
 
 
 def _per_update(opt, p, grads, threads, stagger=True):
@@ -57,7 +57,7 @@ def _per_update(opt, p, grads, threads, stagger=True):
 
 
 @pytest.mark.benchmark(group="optimizer")
-@pytest.mark.parametrize("name", ["rmsprop", "adam"])
+@pytest.mark.parametrize("name", ["rmsprop", "adam", "amsgrad"])
 def test_apply_kernel(benchmark, name):
     p, g = _arrays()
     opt = _make(name)
@@ -101,13 +101,16 @@ def test_apply_kernel_two_threads(benchmark, name):
 
 
 @pytest.mark.benchmark(group="optimizer")
-@pytest.mark.parametrize("name", ["rmsprop", "adam"])
+@pytest.mark.parametrize("name", ["rmsprop", "adam", "amsgrad"])
 def test_apply_numpy_twin(benchmark, name):
     p, g = _arrays()
     z = np.zeros(N, np.float32)
     if name == "rmsprop":
         benchmark.pedantic(ref_rmsprop, args=(p, g, z, 7e-4, 0.99, 0.1), rounds=30,
                            warmup_rounds=2)
+    elif name == "amsgrad":
+        benchmark.pedantic(ref_amsgrad, args=(p, g, z, z, z, 1e-4, 0.9, 0.999, 1e-8, 5),
+                           rounds=30, warmup_rounds=2)
     else:
         benchmark.pedantic(ref_adam, args=(p, g, z, z, 1e-4, 0.9, 0.999, 1e-8, 5), rounds=30,
                            warmup_rounds=2)

@@ -61,7 +61,7 @@ def test_bench_quick_table_and_json(tmp_path, capsys):
     rows = {r["name"]: r for r in doc["rows"]}
     assert "doom-lstm (fused doom_step)" in rows["step (batch 1)"]["notes"]
     expected = ["sgemm peak", "step (batch 1)", "loss_and_grad T=20", "loss_and_grad T=20 GFLOP/s",
-                "update T=20", "rmsprop apply", "adam apply", "preprocess"]
+                "update T=20", "rmsprop apply", "adam apply", "adam apply (amsgrad)", "preprocess"]
     for name in expected:
         assert name in rows, name
         assert name in text
