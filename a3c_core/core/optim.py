@@ -256,14 +256,14 @@ class Adam(Optimizer):
     ``amsgrad=True`` (Reddi et al. 2018; PyTorch's ``amsgrad``) keeps a third
     array, the running maximum of ``v``, and divides the step by it:
     ``params <- params - lr * m_hat / (sqrt(max(v)/(1-b2^t)) + eps)``.  Why:
-    Adam's step is invariant to the gradient's scale, so once a policy has
-    converged and its gradients shrink to noise (doom:basic: 18-42x smaller,
-    bench/RESULTS.md) plain Adam keeps moving every weight by about as much
-    per apply as while it was learning, a random walk that the gradients do
-    not ask for.  With the maximum the step shrinks with the gradient, the
-    way SGD's does, and a burst after convergence is measured against the
-    largest gradients seen, not the smallest.  A state saved without the
-    maximum is loaded with it set to ``v``.
+    Adam's step is invariant to the gradient's scale, so where a converged
+    policy's gradients shrink (doom:basic: the heads' and convolutions',
+    10-50x, bench/RESULTS.md) plain Adam keeps moving those weights by about
+    as much per apply as while it was learning.  With the maximum the step
+    shrinks with the gradient, the way SGD's does, and a burst after
+    convergence is measured against the largest gradients seen, not the
+    smallest.  A state saved without the maximum is loaded with it set to
+    ``v``.
     """
 
     name = "adam"
