@@ -257,7 +257,7 @@ class Adam(Optimizer):
     array, the running maximum of ``v``, and divides the step by it:
     ``params <- params - lr * m_hat / (sqrt(max(v)/(1-b2^t)) + eps)``.  Why:
     Adam's step is invariant to the gradient's scale, so where a converged
-    policy's gradients shrink (doom:basic: the heads' and convolutions',
+    policy's gradients shrink (doom:basic: the policy and value heads',
     10-50x, bench/RESULTS.md) plain Adam keeps moving those weights by about
     as much per apply as while it was learning.  With the maximum the step
     shrinks with the gradient, the way SGD's does, and a burst after
