@@ -112,6 +112,42 @@ def test_stay_check_on_a_known_run(tmp_path, capsys):
         sc.main([str(tmp_path / "missing")])
 
 
+def test_adam_drift_on_a_known_run(tmp_path, capsys):
+    """bench/adam_drift.py against hand-made metrics.csv and episodes.csv: 200
+    episodes of -100 then 200 of 80 (avg100 >= 75 first at episode 298, 29.8 s);
+    per-second scalars whose values before and after the crossing are known, and
+    a walk of change / sqrt(change / per_apply) = 2 / sqrt(4) = 1.0 after it."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.spec_from_file_location(
+        "adam_drift", os.path.join(os.path.dirname(__file__), "..", "bench", "adam_drift.py"))
+    ad = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ad)
+    with open(tmp_path / "episodes.csv", "w") as fh:
+        fh.write("episode,wall_time,step,worker,return,length\n")
+        for i, r in enumerate([-100.0] * 200 + [80.0] * 200):
+            fh.write(f"{i + 1},{0.1 * (i + 1):.1f},{10 * (i + 1)},0,{r},10\n")
+    with open(tmp_path / "metrics.csv", "w") as fh:
+        fh.write("wall_time,step,name,value\n")
+        for t in range(1, 121):
+            after = t >= 29.8 + 30
+            for name, v in (("losses/grad_norm", 2.0 if after else 40.0),
+                            ("optim/param_change_rms", 2.0 if after else 9.0),
+                            ("optim/param_change_per_apply", 0.5 if after else 1.0)):
+                fh.write(f"{t:.3f},{100 * t},{name},{v}\n")
+    assert ad.crossing_time(str(tmp_path), 75.0) == pytest.approx(29.8)
+    table = {name: (b, a) for name, b, a in ad.phase_table(ad.read_metrics(tmp_path / "metrics.csv"), 29.8)}
+    assert table["grad_norm"] == (40.0, 2.0)
+    assert table["change/s (lr)"] == (9.0, 2.0)
+    assert table["walk (lr)"] == pytest.approx((3.0, 1.0))     # 9 / sqrt(9) and 2 / sqrt(4)
+    assert "sqrt(mean v_hat)" not in table                     # not logged, not shown
+    assert ad.main([str(tmp_path)]) == 0
+    assert "avg100 first >= 75 at 30 s" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        ad.main([str(tmp_path / "missing")])
+
+
 def test_trace_updates_records_every_update(tmp_path):
     """bench/trace_updates.py on a short CartPole run (1 worker): one row per
     update, in order, whose step counts add up to the run's, whose per-layer
