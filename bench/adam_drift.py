@@ -30,6 +30,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from stay_check import trailing_mean  # noqa: E402  (a sibling script)
+
 
 def read_metrics(path):
     rows = collections.defaultdict(list)        # name -> [(wall, step, value)]
@@ -40,20 +43,14 @@ def read_metrics(path):
 
 
 def crossing_time(run_dir, threshold):
-    """Wall time at which the 100-episode average of raw returns first reaches ``threshold``."""
-    path = os.path.join(run_dir, "episodes.csv")
-    with open(path) as fh:
-        eps = [(float(r["wall_time"]), float(r["return"])) for r in csv.DictReader(fh)]
-    win = collections.deque(maxlen=100)
-    total = 0.0
-    for wall, ret in eps:
-        if len(win) == win.maxlen:
-            total -= win[0]
-        win.append(ret)
-        total += ret
-        if len(win) == win.maxlen and total / len(win) >= threshold:
-            return wall
-    return None
+    """Wall time at which the 100-episode average of raw returns first reaches
+    ``threshold`` (over full windows, as bench/stay_check.py counts it)."""
+    with open(os.path.join(run_dir, "episodes.csv")) as fh:
+        rows = list(csv.DictReader(fh))
+    t = np.array([float(r["wall_time"]) for r in rows])
+    ret = np.array([float(r["return"]) for r in rows])
+    hit = np.flatnonzero((np.arange(len(ret)) >= 99) & (trailing_mean(ret, 100) >= threshold))
+    return float(t[hit[0]]) if hit.size else None
 
 
 def phase_table(rows, t_cross):

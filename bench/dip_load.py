@@ -11,22 +11,25 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from stay_check import trailing_mean  # noqa: E402  (a sibling script)
+
 
 def load(run):
-    rows = list(csv.DictReader(open(f"{run}/episodes.csv")))
+    with open(os.path.join(run, "episodes.csv")) as fh:
+        rows = list(csv.DictReader(fh))
     t = np.array([float(r["wall_time"]) for r in rows]); st = np.array([int(r["step"]) for r in rows])
     ret = np.array([float(r["return"]) for r in rows])
     return t, st, ret
 
 
-def avg(ret, n):
-    c = np.cumsum(np.r_[0, ret]); k = np.arange(len(ret)); lo = np.maximum(0, k + 1 - n)
-    return (c[k + 1] - c[lo]) / (k + 1 - lo)
-
+if len(sys.argv) < 2:
+    sys.exit(__doc__.split("\n")[0])
 for run in sys.argv[1:]:
-    if not os.path.exists(f"{run}/episodes.csv"): continue
+    if not os.path.isfile(os.path.join(run, "episodes.csv")):
+        sys.exit(f"dip_load.py: no episodes.csv in {run}")
     t, st, ret = load(run)
-    a = avg(ret, 100)
+    a = trailing_mean(ret, 100)
     idx = np.where((np.arange(len(ret)) >= 99) & (a >= 75))[0]
     if not len(idx): continue
     i0 = idx[0]; tc = t[i0]
