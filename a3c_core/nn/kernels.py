@@ -7,6 +7,19 @@ compiled for float32 and float64 on first use (and cached on disk).  Inner
 loops accumulate in the array dtype (``w.dtype.type(0)``) so that float32
 dot products vectorise at full SIMD width.
 
+Compile time: only tiny helpers (``_act``, ``_all_finite``, ``_copy_row``,
+the packed views ``_pv*``) are ``inline="always"``.  Numba inlines those at
+its IR level by deep-copying every block of the callee (with its whole
+variable scope) at each call site, which grows with the callee's size; the
+layer bodies of the fused step (``_conv_act_s2d``, ``_conv_act_rows_nopad``,
+``_dense_act_vec``, ``_lstm_cell_vec``, ``_heads_vec``, ``_gemv_add``) are
+plain kernels instead: each is compiled once, linked into its callers and
+inlined there by LLVM.  That halved the fused step's first compile with no
+change in its speed (bench/RESULTS.md, fifth session of 2026-11-25).
+Activations of the blocked conv are applied in one pass after the dot
+products, not at each of the 8 unrolled stores (fewer copies of the ELU
+polynomial to compile; the same values).
+
 Conventions: names carry shapes (``x__nhwc``, ``w__oi``); outputs are
 preallocated arrays passed last and written in full (never accumulated into
 unless said).  ``act`` codes: 0 = ELU (alpha 1), 1 = ReLU, 2 = identity.
@@ -197,7 +210,7 @@ def _act_grad_from_y(y, act, one):
 # blocked GEMV helpers (batch-1 dense layers, LSTM gates, BPTT dh)
 
 
-@kernel(inline="always")
+@kernel
 def _gemv_add(w__oi, x__i, y__o):
     """``y += w @ x``, four rows per pass: each ``x`` load feeds four FMAs
     (one row at a time is load-port bound at 2 loads per FMA)."""
@@ -230,7 +243,7 @@ def _gemv_add(w__oi, x__i, y__o):
         y__o[q] += acc
 
 
-@kernel(inline="always")
+@kernel
 def _gemv_t_add(w__oi, s__o, y__i):
     """``y += w.T @ s`` as axpys over the contiguous rows, four rows per
     pass (one load + one store of ``y`` per four FMAs)."""
@@ -626,7 +639,7 @@ def conv_s2d_shapes(in_shape, out_ch, k, stride, pad_to=32):
     return (c * stride * stride, plane), (mp,), (n4,), (out_ch, n4)
 
 
-@kernel(inline="always")
+@kernel
 def _conv_act_s2d(x__chw, w__ocij, b__o, stride, act, xs__pm, acc__m, offs__t, wtab__ot,
                   y__ohw):
     """Space-to-depth direct conv, one image (needs ``kh == kw``, ``kh % stride
@@ -713,7 +726,7 @@ def conv_act_s2d(x__chw, w__ocij, b__o, stride, act, xs__pm, acc__m, offs__t, wt
 _SHORT_K = 16      # below this im2col length the batch-1 conv uses pixel-axis axpys
 
 
-@kernel(inline="always")
+@kernel
 def _conv_act_short_k(x__chw, w__ocij, b__o, stride, pad, act, colt__kp, y__ohw):
     """Transposed im2col ``colt (C*kh*kw, OH*OW)`` (zeros in the ``pad``
     border), then per output channel ``y[q, :] = act(b[q] + sum_k w[q, k]
@@ -752,59 +765,30 @@ def _conv_act_short_k(x__chw, w__ocij, b__o, stride, pad, act, colt__kp, y__ohw)
             yq[p] = _act(yq[p], act, zero)
 
 
-@kernel(inline="always")
-def _conv_act_rows(x__chw, w__ocij, b__o, stride, pad, act, cols__pk, y__ohw):
-    """Row-major im2col ``cols (OH*OW, C*kh*kw)`` (column order (c, i, j), the
-    live weight's own order; taps in the ``pad`` border are 0), then
-    ``y[q, p] = w[q] . cols[p]`` as blocks of 4 channels x 2 pixels: 8 vector
-    accumulators, 6 loads per 8 FMAs, long contiguous K loops (better than
-    axpys when there are few pixels).  With a short K (``C*kh*kw <
-    _SHORT_K``, e.g. a 3x3 conv of one channel) the scratch is used
-    transposed ``(K, OH*OW)`` instead and each output channel is ``K`` axpys
-    over the contiguous pixel axis.  Output size from ``y`` ``(O, OH, OW)``."""
-    o, c, kh, kw = w__ocij.shape
-    _, oh, ow = y__ohw.shape
-    n_pix = oh * ow
-    k_len = c * kh * kw
-    if k_len < _SHORT_K:
-        colt = cols__pk.reshape(cols__pk.size)[:k_len * n_pix].reshape(k_len, n_pix)
-        _conv_act_short_k(x__chw, w__ocij, b__o, stride, pad, act, colt, y__ohw)
-        return
-    h, w = x__chw.shape[1], x__chw.shape[2]
-    zero = y__ohw.dtype.type(0)
-    if pad == 0:    # the doom conv2 path: unchanged plain gather
-        for yy in range(oh):
-            for xx in range(ow):
-                p = yy * ow + xx
-                for ch in range(c):
-                    for i in range(kh):
-                        src = x__chw[ch, yy * stride + i]
-                        d0 = (ch * kh + i) * kw
-                        for j in range(kw):
-                            cols__pk[p, d0 + j] = src[xx * stride + j]
-    for yy in range(oh if pad > 0 else 0):
+@kernel
+def _im2col_rows_nopad(x__chw, stride, kh, kw, oh, ow, cols__pk):
+    """Row-major im2col of one CHW image without padding: ``cols[p]`` =
+    the (c, i, j) taps of output pixel ``p`` of the ``(oh, ow)`` grid."""
+    c = x__chw.shape[0]
+    for yy in range(oh):
         for xx in range(ow):
             p = yy * ow + xx
-            col0 = xx * stride - pad
-            j_lo = max(0, -col0)               # taps inside the image: j_lo <= j < j_hi
-            j_hi = min(kw, w - col0)
             for ch in range(c):
                 for i in range(kh):
+                    src = x__chw[ch, yy * stride + i]
                     d0 = (ch * kh + i) * kw
-                    r = yy * stride + i - pad
-                    if r < 0 or r >= h:
-                        for j in range(kw):
-                            cols__pk[p, d0 + j] = zero
-                        continue
-                    src = x__chw[ch, r]
-                    for j in range(j_lo):
-                        cols__pk[p, d0 + j] = zero
-                    for j in range(j_lo, j_hi):
-                        cols__pk[p, d0 + j] = src[col0 + j]
-                    for j in range(j_hi, kw):
-                        cols__pk[p, d0 + j] = zero
-    w2 = w__ocij.reshape(o, k_len)
-    y2 = y__ohw.reshape(o, n_pix)
+                    for j in range(kw):
+                        cols__pk[p, d0 + j] = src[xx * stride + j]
+
+
+@kernel
+def _rows_dot_act(w2, b__o, act, cols__pk, y2):
+    """``y2[q, p] = act(w2[q] . cols[p] + b[q])`` as blocks of 4 channels x 2
+    pixels (8 vector accumulators, 6 loads per 8 FMAs), then the activation
+    in one pass over ``y2`` ``(O, P)``."""
+    o, k_len = w2.shape
+    n_pix = y2.shape[1]
+    zero = y2.dtype.type(0)
     o4 = o - o % 4
     p2 = n_pix - n_pix % 2
     for q in range(0, o4, 4):
@@ -834,21 +818,81 @@ def _conv_act_rows(x__chw, w__ocij, b__o, stride, pad, act, cols__pk, y__ohw):
                 a21 += w2q[k] * v
                 a30 += w3[k] * u
                 a31 += w3[k] * v
-            y2[q, p] = _act(a00 + b__o[q], act, zero)
-            y2[q, p + 1] = _act(a01 + b__o[q], act, zero)
-            y2[q + 1, p] = _act(a10 + b__o[q + 1], act, zero)
-            y2[q + 1, p + 1] = _act(a11 + b__o[q + 1], act, zero)
-            y2[q + 2, p] = _act(a20 + b__o[q + 2], act, zero)
-            y2[q + 2, p + 1] = _act(a21 + b__o[q + 2], act, zero)
-            y2[q + 3, p] = _act(a30 + b__o[q + 3], act, zero)
-            y2[q + 3, p + 1] = _act(a31 + b__o[q + 3], act, zero)
+            y2[q, p] = a00 + b__o[q]
+            y2[q, p + 1] = a01 + b__o[q]
+            y2[q + 1, p] = a10 + b__o[q + 1]
+            y2[q + 1, p + 1] = a11 + b__o[q + 1]
+            y2[q + 2, p] = a20 + b__o[q + 2]
+            y2[q + 2, p + 1] = a21 + b__o[q + 2]
+            y2[q + 3, p] = a30 + b__o[q + 3]
+            y2[q + 3, p + 1] = a31 + b__o[q + 3]
     for q in range(o):
         p_lo = p2 if q < o4 else 0
         for p in range(p_lo, n_pix):
             acc = zero
             for k in range(k_len):
                 acc += w2[q, k] * cols__pk[p, k]
-            y2[q, p] = _act(acc + b__o[q], act, zero)
+            y2[q, p] = acc + b__o[q]
+    yf = y2.reshape(y2.size)
+    for i in range(yf.size):
+        yf[i] = _act(yf[i], act, zero)
+
+
+@kernel
+def _conv_act_rows(x__chw, w__ocij, b__o, stride, pad, act, cols__pk, y__ohw):
+    """Row-major im2col ``cols (OH*OW, C*kh*kw)`` (column order (c, i, j), the
+    live weight's own order; taps in the ``pad`` border are 0), then
+    ``y[q, p] = w[q] . cols[p]`` as blocks of 4 channels x 2 pixels: 8 vector
+    accumulators, 6 loads per 8 FMAs, long contiguous K loops (better than
+    axpys when there are few pixels).  With a short K (``C*kh*kw <
+    _SHORT_K``, e.g. a 3x3 conv of one channel) the scratch is used
+    transposed ``(K, OH*OW)`` instead and each output channel is ``K`` axpys
+    over the contiguous pixel axis.  Output size from ``y`` ``(O, OH, OW)``."""
+    o, c, kh, kw = w__ocij.shape
+    _, oh, ow = y__ohw.shape
+    n_pix = oh * ow
+    k_len = c * kh * kw
+    if k_len < _SHORT_K:
+        colt = cols__pk.reshape(cols__pk.size)[:k_len * n_pix].reshape(k_len, n_pix)
+        _conv_act_short_k(x__chw, w__ocij, b__o, stride, pad, act, colt, y__ohw)
+        return
+    h, w = x__chw.shape[1], x__chw.shape[2]
+    zero = y__ohw.dtype.type(0)
+    if pad == 0:    # the doom conv2 path: plain gather
+        _im2col_rows_nopad(x__chw, stride, kh, kw, oh, ow, cols__pk)
+    for yy in range(oh if pad > 0 else 0):
+        for xx in range(ow):
+            p = yy * ow + xx
+            col0 = xx * stride - pad
+            j_lo = max(0, -col0)               # taps inside the image: j_lo <= j < j_hi
+            j_hi = min(kw, w - col0)
+            for ch in range(c):
+                for i in range(kh):
+                    d0 = (ch * kh + i) * kw
+                    r = yy * stride + i - pad
+                    if r < 0 or r >= h:
+                        for j in range(kw):
+                            cols__pk[p, d0 + j] = zero
+                        continue
+                    src = x__chw[ch, r]
+                    for j in range(j_lo):
+                        cols__pk[p, d0 + j] = zero
+                    for j in range(j_lo, j_hi):
+                        cols__pk[p, d0 + j] = src[col0 + j]
+                    for j in range(j_hi, kw):
+                        cols__pk[p, d0 + j] = zero
+    _rows_dot_act(w__ocij.reshape(o, k_len), b__o, act, cols__pk, y__ohw.reshape(o, n_pix))
+
+
+@kernel
+def _conv_act_rows_nopad(x__chw, w__ocij, b__o, stride, act, cols__pk, y__ohw):
+    """:func:`_conv_act_rows` without padding and with ``C*kh*kw >=
+    _SHORT_K`` (the fused doom step's conv2; the network checks both)."""
+    o, c, kh, kw = w__ocij.shape
+    _, oh, ow = y__ohw.shape
+    _im2col_rows_nopad(x__chw, stride, kh, kw, oh, ow, cols__pk)
+    _rows_dot_act(w__ocij.reshape(o, c * kh * kw), b__o, act, cols__pk,
+                  y__ohw.reshape(o, oh * ow))
 
 
 @kernel
@@ -859,7 +903,7 @@ def conv_act_rows(x__chw, w__ocij, b__o, stride, pad, act, cols__pk, y__ohw):
     _conv_act_rows(x__chw, w__ocij, b__o, stride, pad, act, cols__pk, y__ohw)
 
 
-@kernel(inline="always")
+@kernel
 def _dense_act_vec(x__i, w__oi, b__o, act, y__o):
     o = w__oi.shape[0]
     zero = y__o.dtype.type(0)
@@ -876,7 +920,7 @@ def dense_act_vec(x__i, w__oi, b__o, act, y__o):
     _dense_act_vec(x__i, w__oi, b__o, act, y__o)
 
 
-@kernel(inline="always")
+@kernel
 def _lstm_cell_vec(x__i, h__h, c__h, w_ih__gi, w_hh__gh, b_ih__g, b_hh__g,
                    gates__g, h_out__h, c_out__h):
     g4 = w_ih__gi.shape[0]
@@ -908,7 +952,7 @@ def lstm_cell_vec(x__i, h__h, c__h, w_ih__gi, w_hh__gh, b_ih__g, b_hh__g,
                    gates__g, h_out__h, c_out__h)
 
 
-@kernel(inline="always")
+@kernel
 def _heads_vec(f__h, wp__ah, bp__a, wv__1h, bv__1, probs__a):
     na, hd = wp__ah.shape
     zero = f__h.dtype.type(0)
@@ -957,7 +1001,7 @@ def _doom_forward(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
                   feat, act, use_lstm, w_ih, w_hh, b_ih, b_hh, gates__g, wp__ah, bp__a, wv__1h,
                   bv__1):
     _conv_act_s2d(obs__chw, c1w, c1b, s1, act, xs1, acc1, offs1, wtab1, y1)
-    _conv_act_rows(y1, c2w, c2b, s2, 0, act, cols2, y2)
+    _conv_act_rows_nopad(y1, c2w, c2b, s2, act, cols2, y2)
     _dense_act_vec(y2.reshape(y2.size), fcw, fcb, act, feat)
     if use_lstm:
         _lstm_cell_vec(feat, h__h, c__h, w_ih, w_hh, b_ih, b_hh,
@@ -1012,7 +1056,7 @@ def doom_step_rec(t, obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
     return value
 
 
-@kernel(inline="always")
+@kernel
 def _doom_record(t, obs__chw, h__h, c__h, h_out__h, c_out__h, y1, y2, feat, use_lstm,
                  obs__tchw, z1__ro, flat2__tn, fc__tn, hs__th, cs__th):
     """Rollout row ``t`` of the fused step (see :func:`doom_step_rec`)."""
@@ -1053,16 +1097,25 @@ DOOM_STATIC_OFFS = 5
 
 
 @intrinsic
-def _elem_ptr(typingctx, arr, offset):
-    """Pointer to element ``offset`` of a contiguous 1-D array (no bounds check)."""
-    if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C"
-            and isinstance(offset, types.Integer)):
+def _packed_ptr(typingctx, a, b, which, offset):
+    """Pointer to element ``offset`` of ``a`` (``which == 0``) or ``b``: two
+    contiguous 1-D arrays of one dtype, no bounds check.  The choice is an
+    LLVM ``select``, not a Python branch: no extra IR blocks at each of the
+    packed step's ~25 inlined views (numba copies every block of an inlined
+    body, so blocks cost compile time)."""
+    ok = (isinstance(a, types.Array) and isinstance(b, types.Array) and a.ndim == b.ndim == 1
+          and a.layout == b.layout == "C" and a.dtype == b.dtype
+          and isinstance(which, types.Integer) and isinstance(offset, types.Integer))
+    if not ok:
         return None
 
     def codegen(context, builder, sig, args):
-        ary = context.make_array(sig.args[0])(context, builder, args[0])
-        return builder.gep(ary.data, [args[1]])
-    return types.CPointer(arr.dtype)(arr, offset), codegen
+        pa = context.make_array(sig.args[0])(context, builder, args[0]).data
+        pb = context.make_array(sig.args[1])(context, builder, args[1]).data
+        zero = context.get_constant(sig.args[2], 0)
+        base = builder.select(builder.icmp_signed("==", args[2], zero), pa, pb)
+        return builder.gep(base, [args[3]])
+    return types.CPointer(a.dtype)(a, b, which, offset), codegen
 
 
 # The views are built from a pointer with ``carray`` rather than by slicing and
@@ -1073,31 +1126,28 @@ def _elem_ptr(typingctx, arr, offset):
 # (network.py, ``_pack_doom_static``), so the views are in bounds by
 # construction; the parity tests compare the packed and unpacked steps.
 @kernel(inline="always")
-def _pbuf(params, scratch, meta, i):
-    return _elem_ptr(params if meta[i, 0] == 0 else scratch, meta[i, 1])
-
-
-@kernel(inline="always")
 def _pv(params, scratch, meta, i):
     """Flat view of packed array ``i``."""
-    return carray(_pbuf(params, scratch, meta, i),
+    return carray(_packed_ptr(params, scratch, meta[i, 0], meta[i, 1]),
                   meta[i, 2] * meta[i, 3] * meta[i, 4] * meta[i, 5])
 
 
 @kernel(inline="always")
 def _pv2(params, scratch, meta, i):
-    return carray(_pbuf(params, scratch, meta, i), (meta[i, 2], meta[i, 3]))
+    return carray(_packed_ptr(params, scratch, meta[i, 0], meta[i, 1]),
+                  (meta[i, 2], meta[i, 3]))
 
 
 @kernel(inline="always")
 def _pv3(params, scratch, meta, i):
-    return carray(_pbuf(params, scratch, meta, i), (meta[i, 2], meta[i, 3], meta[i, 4]))
+    return carray(_packed_ptr(params, scratch, meta[i, 0], meta[i, 1]),
+                  (meta[i, 2], meta[i, 3], meta[i, 4]))
 
 
 @kernel(inline="always")
 def _pv4(params, scratch, meta, i):
-    return carray(_pbuf(params, scratch, meta, i), (meta[i, 2], meta[i, 3], meta[i, 4],
-                                                    meta[i, 5]))
+    return carray(_packed_ptr(params, scratch, meta[i, 0], meta[i, 1]),
+                  (meta[i, 2], meta[i, 3], meta[i, 4], meta[i, 5]))
 
 
 @kernel(inline="always")
@@ -1105,19 +1155,25 @@ def _doom_packed_forward(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a, par
                          offs1, meta, ints, gates__g):
     """_doom_forward on the unpacked views; ``gates__g`` replaces the gate
     scratch (the recording step passes its rollout row)."""
-    return _doom_forward(
-        obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
-        _pv4(params, scratch, meta, 0), _pv(params, scratch, meta, 1), ints[0],
-        _pv2(params, scratch, meta, 2), _pv(params, scratch, meta, 3), offs1,
-        _pv2(params, scratch, meta, 4), _pv3(params, scratch, meta, 5),
-        _pv4(params, scratch, meta, 6), _pv(params, scratch, meta, 7), ints[1],
-        _pv2(params, scratch, meta, 8), _pv3(params, scratch, meta, 9),
-        _pv2(params, scratch, meta, 10), _pv(params, scratch, meta, 11),
-        _pv(params, scratch, meta, 12), ints[2], ints[3] != 0,
-        _pv2(params, scratch, meta, 13), _pv2(params, scratch, meta, 14),
-        _pv(params, scratch, meta, 15), _pv(params, scratch, meta, 16), gates__g,
-        _pv2(params, scratch, meta, 18), _pv(params, scratch, meta, 19),
-        _pv2(params, scratch, meta, 20), _pv(params, scratch, meta, 21))
+    act = ints[2]
+    y1 = _pv3(params, scratch, meta, 5)
+    y2 = _pv3(params, scratch, meta, 9)
+    feat = _pv(params, scratch, meta, 12)
+    _conv_act_s2d(obs__chw, _pv4(params, scratch, meta, 0), _pv(params, scratch, meta, 1),
+                  ints[0], act, _pv2(params, scratch, meta, 2), _pv(params, scratch, meta, 3),
+                  offs1, _pv2(params, scratch, meta, 4), y1)
+    _conv_act_rows_nopad(y1, _pv4(params, scratch, meta, 6), _pv(params, scratch, meta, 7),
+                         ints[1], act, _pv2(params, scratch, meta, 8), y2)
+    _dense_act_vec(y2.reshape(y2.size), _pv2(params, scratch, meta, 10),
+                   _pv(params, scratch, meta, 11), act, feat)
+    top = feat
+    if ints[3] != 0:
+        _lstm_cell_vec(feat, h__h, c__h, _pv2(params, scratch, meta, 13),
+                       _pv2(params, scratch, meta, 14), _pv(params, scratch, meta, 15),
+                       _pv(params, scratch, meta, 16), gates__g, h_out__h, c_out__h)
+        top = h_out__h
+    return _heads_vec(top, _pv2(params, scratch, meta, 18), _pv(params, scratch, meta, 19),
+                      _pv2(params, scratch, meta, 20), _pv(params, scratch, meta, 21), probs__a)
 
 
 @kernel

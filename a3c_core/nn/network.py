@@ -201,7 +201,7 @@ def _fused_doom_step_fits(encoder):
         return False
     c1, c2, d = encoder
     return (c1.k % c1.stride == 0 and c1.pad == 0 and c2.pad == 0
-            and c1.act == c2.act == d.act)
+            and c2.n_col >= K._SHORT_K and c1.act == c2.act == d.act)
 
 
 class Network:
