@@ -43,7 +43,12 @@ moves it to ``obs_buf[0]`` for the next rollout of the same episode.
 """
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -434,25 +439,129 @@ class Worker:
             self.rollout()
 
 
-def warm_up_network(net, cross_episode=False):
+#: seconds the step's warm-up may take before warm_up_network starts its
+#: helper process (a cache load takes well under this; a compile far more)
+HELPER_DELAY_S = 3.0
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def warm_up_network(net, cross_episode=False, parallel=None):
     """Run a worker's kernels once on ``net`` (compiling or loading them):
     steps recorded and not (the bootstrap), the sampler and the
     backward-only update; never ``loss_and_grad``'s batched forward, which a
-    worker does not call.  ``cross_episode``: also a rollout with a reset."""
+    worker does not call.  ``cross_episode``: also a rollout with a reset.
+
+    ``parallel`` (default: when at least 2 CPUs are usable): when the step
+    has not loaded within :data:`HELPER_DELAY_S` (a first run: it is being
+    compiled), a helper process compiles the update's kernels into the
+    on-disk cache meanwhile (:func:`_helper_main`), on the other core; this
+    process then loads them instead of compiling them after the step (the
+    reset variant of ``cross_episode`` is still compiled here).  Numba
+    compiles under a process-wide lock, so this is the only way the two
+    halves overlap.  The helper is a child that exits when this process
+    does; if it fails or cannot write the cache, the kernels are compiled
+    here as before."""
     from a3c_core.sampling import sample_categorical
 
     if hasattr(net, "single_step_kernel"):
         net.single_step_kernel = True
+    if parallel is None:
+        parallel = _usable_cpus() >= 2
+    helper = _Helper(net.spec) if parallel else None
+    timer = threading.Timer(HELPER_DELAY_S, helper.start) if helper else None
+    try:
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        obs = np.zeros((3,) + tuple(net.obs_shape), net.dtype)
+        probs, _, _ = net.step(obs[0], net.initial_state())
+        sample_categorical(probs, 0.5)
+        if timer is not None:
+            timer.cancel()
+            helper.wait()
+        zeros = np.zeros(3, np.float32)
+        resets = (False, True) if cross_episode and net.recurrent else (False,)
+        for reset in resets:
+            net.begin_rollout(3)
+            s = net.initial_state()
+            for t in range(3):
+                if reset and t == 2:
+                    s = net.initial_state()
+                _, _, s = net.step(obs[t], s, record=True)
+            net.rollout_grad(np.zeros(3, np.int64), zeros, zeros)
+    finally:
+        if timer is not None:
+            timer.cancel()
+            helper.stop()
+
+
+class _Helper:
+    """The child process of :func:`warm_up_network` (started at most once)."""
+
+    #: seconds to wait for the helper before compiling here anyway
+    timeout = 300.0
+
+    def __init__(self, spec):
+        self.arg = json.dumps({"spec": spec, "parent": os.getpid()})
+        self.proc = None
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def start(self):
+        with self._lock:
+            if self._stopped or self.proc is not None:
+                return
+            try:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-c", "from a3c_core.train.worker import _helper_main; "
+                     "_helper_main()", self.arg],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL, close_fds=True)
+            except OSError:
+                self.proc = None
+
+    def wait(self):
+        with self._lock:
+            proc = self.proc
+        if proc is not None:
+            try:
+                proc.wait(self.timeout)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def stop(self):
+        with self._lock:
+            self._stopped = True
+            proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _helper_main():
+    """Entry of the helper process: compile (into the cache) the kernels of
+    the backward-only update for ``argv[1]``'s network, recording the rows
+    with the batched forward instead of the step kernel (which the parent is
+    compiling).  Exits when its parent is gone."""
+    arg = json.loads(sys.argv[1])
+    parent = int(arg["parent"])     # not getppid() now: the parent may be gone already
+
+    def watchdog():
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(0)
+
+    threading.Thread(target=watchdog, daemon=True).start()
+    from a3c_core.nn.network import network_from_spec
+
+    net = network_from_spec(arg["spec"])
     obs = np.zeros((3,) + tuple(net.obs_shape), net.dtype)
-    probs, _, _ = net.step(obs[0], net.initial_state())
-    sample_categorical(probs, 0.5)
     zeros = np.zeros(3, np.float32)
-    resets = (False, True) if cross_episode and net.recurrent else (False,)
-    for reset in resets:
-        net.begin_rollout(3)
-        s = net.initial_state()
-        for t in range(3):
-            if reset and t == 2:
-                s = net.initial_state()
-            _, _, s = net.step(obs[t], s, record=True)
-        net.rollout_grad(np.zeros(3, np.int64), zeros, zeros)
+    net.record_rollout(obs, net.initial_state())
+    net.rollout_grad(np.zeros(3, np.int64), zeros, zeros)

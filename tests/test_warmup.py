@@ -1,0 +1,89 @@
+"""The trainer's warm-up compiles the update's kernels in a helper process
+(train.worker.warm_up_network) while it compiles the step: the helper's
+kernels must then load from the cache here, and the helper must not outlive
+its parent."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+from proc_util import REPO, alive, wait_gone
+
+PARENT = r"""
+import json, sys
+import numpy as np
+from a3c_core.train import worker
+from a3c_core.nn.network import build_network
+from a3c_core import compile as comp
+
+worker.HELPER_DELAY_S = 0.0      # start the helper at once (a first run waits a few seconds)
+net = build_network(SPEC, SHAPE, 3)
+started = []
+orig = worker._Helper.start
+def start(self):
+    orig(self)
+    started.append(self.proc is not None)
+worker._Helper.start = start
+worker.warm_up_network(net, parallel=True)
+from a3c_core.nn import kernels as K
+from a3c_core.sampling import sample_categorical
+def counts(d):
+    return sum(d.stats.cache_hits.values()), sum(d.stats.cache_misses.values())
+print(json.dumps({"started": started, "heads_loss": counts(K.heads_loss),
+                  "sampler": counts(sample_categorical)}))
+"""
+
+
+def _env(cache):
+    return dict(os.environ, NUMBA_CACHE_DIR=str(cache), PYTHONPATH=REPO)
+
+
+def test_update_kernels_compiled_by_the_helper_load_from_the_cache(tmp_path):
+    code = PARENT.replace("SPEC", repr("mlp")).replace("SHAPE", repr((4,)))
+    out = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path / "cache"),
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["started"] == [True]
+    # the heads' loss kernel runs only in the update: compiled by the helper
+    # into the empty cache, loaded here (a hit, no compile)
+    assert res["heads_loss"] == [1, 0]
+    # the sampler runs only here, after the step: compiled here (the control)
+    assert res["sampler"] == [0, 1]
+
+
+def test_no_helper_with_a_warm_cache_or_when_not_parallel(tmp_path):
+    code = PARENT.replace("SPEC", repr("mlp")).replace("SHAPE", repr((4,))).replace(
+        "worker.HELPER_DELAY_S = 0.0", "pass").replace("parallel=True", "parallel=False")
+    out = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path / "cache"),
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["started"] == [] and res["heads_loss"] == [0, 1]
+
+
+KILLED = r"""
+import sys, time
+from a3c_core.train import worker
+h = worker._Helper({"name": "doom-lstm", "obs_shape": [1, 84, 84], "n_actions": 3,
+                    "kwargs": {}, "dtype": "float32"})
+h.start()
+print(h.proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_helper_exits_when_its_parent_is_killed(tmp_path):
+    parent = subprocess.Popen([sys.executable, "-c", KILLED], env=_env(tmp_path / "cache"),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        assert alive([child]) == {child}
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(10)
+        # the helper polls its parent every 0.2 s, even while it compiles
+        assert wait_gone([child], timeout=10) == set()
+    finally:
+        if parent.poll() is None:
+            parent.kill()
