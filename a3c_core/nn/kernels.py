@@ -679,9 +679,10 @@ def _conv_act_s2d(x__chw, w__ocij, b__o, stride, act, xs__pm, acc__m, offs__t, w
         bb = pl % stride
         dst = xs__pm[pl]
         for yy in range(hs):
-            src = x__chw[ch, stride * yy + a]
+            src = x__chw[ch, stride * yy + a][bb::stride]
+            drow = dst[yy * ws:(yy + 1) * ws]
             for xx in range(ws):
-                dst[yy * ws + xx] = src[stride * xx + bb]
+                drow[xx] = src[xx]
         for m in range(hs * ws, pls):
             dst[m] = zero
     n_tap = n_pl * kd * kd
@@ -716,8 +717,10 @@ def _conv_act_s2d(x__chw, w__ocij, b__o, stride, act, xs__pm, acc__m, offs__t, w
             for m in range(mp):
                 acc__m[m] += s0 * c0[m] + s1 * c1[m] + s2 * c2[m] + s3 * c3[m]
         for yy in range(oh):
+            arow = acc__m[yy * ws:yy * ws + ow]
+            yrow = y__ohw[q, yy]
             for xx in range(ow):
-                y__ohw[q, yy, xx] = _act(acc__m[yy * ws + xx], act, zero)
+                yrow[xx] = _act(arow[xx], act, zero)
 
 
 @kernel
@@ -779,12 +782,14 @@ def _im2col_rows_nopad(x__chw, stride, kh, kw, oh, ow, cols__pk):
     for yy in range(oh):
         for xx in range(ow):
             p = yy * ow + xx
+            dst = cols__pk[p]
             for ch in range(c):
                 for i in range(kh):
-                    src = x__chw[ch, yy * stride + i]
                     d0 = (ch * kh + i) * kw
+                    src = x__chw[ch, yy * stride + i][xx * stride:xx * stride + kw]
+                    d = dst[d0:d0 + kw]
                     for j in range(kw):
-                        cols__pk[p, d0 + j] = src[xx * stride + j]
+                        d[j] = src[j]
 
 
 @kernel
