@@ -3,8 +3,9 @@
 Each repetition runs, in a fresh process with ``NUMBA_CACHE_DIR`` pointing at
 an empty directory, exactly what ``Trainer._warm_up`` runs for a spec
 (``train.worker.warm_up_network``: a step, the sampler, a recorded 3-step
-rollout and its backward-only update), then the same again with the cache it
-just wrote; ``--policy``: what a :class:`~a3c_core.Policy` runs instead (one
+rollout and its backward-only update; on a cold cache with 2+ CPUs its helper
+process compiles the update's kernels meanwhile, and the CPU time below
+includes it), then the same again with the cache it just wrote; ``--policy``: what a :class:`~a3c_core.Policy` runs instead (one
 unrecorded step with the plain kernel).  It reports the process
 wall time and its CPU time (user + sys, which a busy machine disturbs less
 than wall time), and with ``--events`` the kernels that took longest
