@@ -505,7 +505,7 @@ class _Helper:
     """The child process of :func:`warm_up_network` (started at most once)."""
 
     #: seconds to wait for the helper before compiling here anyway
-    timeout = 300.0
+    timeout = 120.0
 
     def __init__(self, spec):
         self.arg = json.dumps({"spec": spec, "parent": os.getpid()})
