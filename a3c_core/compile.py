@@ -1,7 +1,7 @@
 """``a3c compile``: compile every Numba kernel ahead of time and write the on-disk cache.
 
 Numba compiles a kernel the first time it is called with new argument types
-(~10 s for all of a3c_core's kernels on one core) and, with ``cache=True``,
+(~26 s for all of a3c_core's kernels on a slow 2-core VM) and, with ``cache=True``,
 writes the machine code next to the module (``a3c_core/**/__pycache__``) or
 under ``NUMBA_CACHE_DIR``. A new process then loads it in a few ms per kernel.
 If that directory cannot be written (a read-only container image or system
@@ -11,7 +11,9 @@ site-packages), every new process compiles again, so image builds should run
 
 :func:`warm_up` runs every network spec's step and rollout kernels, the
 sampler and the gradient clip at the run-time dtypes, which compiles (or
-loads) every signature a policy or a trainer uses. ``a3c compile --check``
+loads) every signature a policy or a trainer uses. With 2+ usable CPUs a helper
+process compiles the update kernels meanwhile (not with ``--check``, which
+must see the cache as it is).  ``a3c compile --check``
 fails if anything still had to be compiled (the cache is incomplete or was
 not found), which is how an image build can verify itself.
 """
@@ -38,32 +40,66 @@ def dispatchers():
     return out
 
 
-def warm_up(specs=None, dtypes=(np.float32,)):
+def _update_paths(net, rng, dtype, obs_shape):
+    """The kernels a network runs besides its step: the batched forward and
+    backward (``loss_and_grad``), the backward-only update over rows the
+    batched forward recorded, and the gradient clip."""
+    from a3c_core.core import clip_grad_norm
+
+    T = 3
+    obs = rng.random((T,) + obs_shape).astype(dtype)
+    actions = np.array([0, 1, 2], np.int64)
+    returns = rng.standard_normal(T).astype(dtype)
+    adv = rng.standard_normal(T).astype(dtype)
+    net.loss_and_grad(obs, actions, returns, adv, net.initial_state())
+    net.record_rollout(obs, net.initial_state())
+    net.rollout_grad(actions, returns, adv)
+    clip_grad_norm(net.grads, 40.0)
+    return obs, actions, returns, adv
+
+
+def _obs_shape(spec):
+    return (4,) if spec.startswith("mlp") else (1, 84, 84)
+
+
+def warm_up(specs=None, dtypes=(np.float32,), parallel=False):
     """Call every kernel with its run-time argument types (compiling or loading each once).
 
     ``specs``: network spec names (default: all); ``dtypes``: parameter dtypes
     (float32 is what training and :class:`~a3c_core.Policy` use; add float64
-    for gradient checks).
+    for gradient checks).  ``parallel``: a helper process compiles the
+    update kernels (:func:`_update_paths`, every spec and dtype) into the
+    on-disk cache while this process compiles the steps, which it runs first;
+    what the helper compiled then loads here.
     """
-    from a3c_core.core import clip_grad_norm
     from a3c_core.nn.network import SPECS, build_network
     from a3c_core.sampling import sample_categorical
 
-    rng = np.random.default_rng(0)
-    for dtype in dtypes:
-        for spec in specs or SPECS:
-            obs_shape = (4,) if spec.startswith("mlp") else (1, 84, 84)
-            net = build_network(spec, obs_shape, 3, dtype=dtype)
-            probs, _, state = net.step(np.zeros(obs_shape, dtype), net.initial_state())
-            net.step(np.ones(obs_shape, dtype), state)
-            sample_categorical(probs, 0.5)
-            T = 3
-            obs = rng.random((T,) + obs_shape).astype(dtype)
-            actions = np.array([0, 1, 2], np.int64)
-            returns = rng.standard_normal(T).astype(dtype)
-            adv = rng.standard_normal(T).astype(dtype)
-            net.loss_and_grad(obs, actions, returns, adv, net.initial_state())
+    specs = list(specs or SPECS)
+    helper = None
+    if parallel:
+        from a3c_core.train.worker import _Helper
+
+        helper = _Helper({"compile": specs, "dtypes": [np.dtype(d).name for d in dtypes]},
+                         entry="from a3c_core.compile import _helper_main; _helper_main()")
+        helper.start()
+    try:
+        rng = np.random.default_rng(0)
+        nets = []
+        for dtype in dtypes:           # the steps first (the helper has the rest)
+            for spec in specs:
+                obs_shape = _obs_shape(spec)
+                net = build_network(spec, obs_shape, 3, dtype=dtype)
+                probs, _, state = net.step(np.zeros(obs_shape, dtype), net.initial_state())
+                net.step(np.ones(obs_shape, dtype), state)
+                sample_categorical(probs, 0.5)
+                nets.append((net, dtype, obs_shape))
+        if helper is not None:
+            helper.wait()
+        for net, dtype, obs_shape in nets:
+            obs, actions, returns, adv = _update_paths(net, rng, dtype, obs_shape)
             # the worker's path: recorded steps + backward-only update (nn owner)
+            T = obs.shape[0]
             net.begin_rollout(T)
             s = net.initial_state()
             for t in range(T):
@@ -77,7 +113,23 @@ def warm_up(specs=None, dtypes=(np.float32,)):
                 for t in range(T):
                     _, _, s = net.step(obs[t], s, record=True)
                 net.rollout_grad(actions, returns, adv)
-            clip_grad_norm(net.grads, 40.0)
+    finally:
+        if helper is not None:
+            helper.stop()
+
+
+def _helper_main():
+    """The helper process of ``warm_up(parallel=True)`` (see there)."""
+    from a3c_core.train.worker import _watch_parent
+    from a3c_core.nn.network import build_network
+
+    arg = _watch_parent()
+    rng = np.random.default_rng(0)
+    for name in arg["spec"]["dtypes"]:
+        for spec in arg["spec"]["compile"]:
+            obs_shape = _obs_shape(spec)
+            net = build_network(spec, obs_shape, 3, dtype=np.dtype(name))
+            _update_paths(net, rng, np.dtype(name), obs_shape)
 
 
 def cache_stats():
@@ -127,7 +179,10 @@ def run_compile(args) -> int:
     if unknown:
         print(f"a3c compile: error: unknown spec(s) {unknown}; valid specs: {', '.join(SPECS)}", file=sys.stderr)
         return 2
-    warm_up(specs=args.spec, dtypes=dtypes)
+    from a3c_core.train.worker import _usable_cpus
+
+    # --check must see the cache as it is: no helper filling it meanwhile
+    warm_up(specs=args.spec, dtypes=dtypes, parallel=not args.check and _usable_cpus() >= 2)
     seconds = time.perf_counter() - t0
     n, hits, misses, dirs, compiled, unsaved = cache_stats()
     where = ", ".join(dirs) if dirs else "(no cache directory)"

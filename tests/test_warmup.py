@@ -87,3 +87,35 @@ def test_helper_exits_when_its_parent_is_killed(tmp_path):
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+COMPILE = r"""
+import json, sys
+from a3c_core import compile as comp
+from a3c_core.train import worker
+
+started = []
+orig = worker._Helper.start
+def start(self):
+    orig(self)
+    started.append(self.proc is not None)
+worker._Helper.start = start
+comp.warm_up(specs=["mlp", "mlp-lstm"], parallel=True)
+n, hits, misses, dirs, compiled, unsaved = comp.cache_stats()
+print(json.dumps({"started": started, "hits": hits, "misses": misses}))
+"""
+
+
+def test_compile_with_a_helper_leaves_a_complete_cache(tmp_path):
+    env = _env(tmp_path / "cache")
+    out = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["started"] == [True] and res["misses"] > 0
+    # the parent's and the helper's kernels together: nothing left to compile
+    check = subprocess.run([sys.executable, "-m", "a3c_core", "compile", "--check", "--spec", "mlp",
+                            "--spec", "mlp-lstm"], env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert ", 0 compiled" in check.stdout

@@ -507,8 +507,10 @@ class _Helper:
     #: seconds to wait for the helper before compiling here anyway
     timeout = 120.0
 
-    def __init__(self, spec):
+    def __init__(self, spec, entry="from a3c_core.train.worker import _helper_main; "
+                                   "_helper_main()"):
         self.arg = json.dumps({"spec": spec, "parent": os.getpid()})
+        self.entry = entry
         self.proc = None
         self._lock = threading.Lock()
         self._stopped = False
@@ -519,8 +521,7 @@ class _Helper:
                 return
             try:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-c", "from a3c_core.train.worker import _helper_main; "
-                     "_helper_main()", self.arg],
+                    [sys.executable, "-c", self.entry, self.arg],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL, close_fds=True)
             except OSError:
@@ -544,11 +545,9 @@ class _Helper:
             proc.wait()
 
 
-def _helper_main():
-    """Entry of the helper process: compile (into the cache) the kernels of
-    the backward-only update for ``argv[1]``'s network, recording the rows
-    with the batched forward instead of the step kernel (which the parent is
-    compiling).  Exits when its parent is gone."""
+def _watch_parent():
+    """In a helper process: read its argument (``argv[1]``, JSON) and start a
+    thread that exits the process as soon as the parent named there is gone."""
     arg = json.loads(sys.argv[1])
     parent = int(arg["parent"])     # not getppid() now: the parent may be gone already
 
@@ -558,8 +557,17 @@ def _helper_main():
         os._exit(0)
 
     threading.Thread(target=watchdog, daemon=True).start()
+    return arg
+
+
+def _helper_main():
+    """Entry of the helper process: compile (into the cache) the kernels of
+    the backward-only update for ``argv[1]``'s network, recording the rows
+    with the batched forward instead of the step kernel (which the parent is
+    compiling).  Exits when its parent is gone."""
     from a3c_core.nn.network import network_from_spec
 
+    arg = _watch_parent()
     net = network_from_spec(arg["spec"])
     obs = np.zeros((3,) + tuple(net.obs_shape), net.dtype)
     zeros = np.zeros(3, np.float32)
