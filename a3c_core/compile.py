@@ -179,10 +179,10 @@ def run_compile(args) -> int:
     if unknown:
         print(f"a3c compile: error: unknown spec(s) {unknown}; valid specs: {', '.join(SPECS)}", file=sys.stderr)
         return 2
-    from a3c_core.train.worker import _usable_cpus
+    from a3c_core.train.worker import helper_allowed
 
     # --check must see the cache as it is: no helper filling it meanwhile
-    warm_up(specs=args.spec, dtypes=dtypes, parallel=not args.check and _usable_cpus() >= 2)
+    warm_up(specs=args.spec, dtypes=dtypes, parallel=not args.check and helper_allowed())
     seconds = time.perf_counter() - t0
     n, hits, misses, dirs, compiled, unsaved = cache_stats()
     where = ", ".join(dirs) if dirs else "(no cache directory)"

@@ -119,3 +119,20 @@ def test_compile_with_a_helper_leaves_a_complete_cache(tmp_path):
                            timeout=600)
     assert check.returncode == 0, check.stdout + check.stderr
     assert ", 0 compiled" in check.stdout
+
+
+def test_helper_allowed_follows_the_environment(monkeypatch):
+    from a3c_core.train import worker
+
+    monkeypatch.setattr(worker, "_usable_cpus", lambda: 2)
+    monkeypatch.delenv("A3C_COMPILE_HELPER", raising=False)
+    assert worker.helper_allowed()
+    for off in ("0", "false", "OFF"):
+        monkeypatch.setenv("A3C_COMPILE_HELPER", off)
+        assert not worker.helper_allowed()
+    monkeypatch.setenv("A3C_COMPILE_HELPER", "1")
+    monkeypatch.setattr(worker, "_usable_cpus", lambda: 1)
+    assert not worker.helper_allowed()
+    monkeypatch.setattr(worker, "_usable_cpus", lambda: 2)
+    monkeypatch.setattr(worker.sys, "frozen", True, raising=False)
+    assert not worker.helper_allowed()

@@ -451,13 +451,24 @@ def _usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def helper_allowed() -> bool:
+    """Whether a compile helper process may be started: at least 2 usable
+    CPUs, a Python interpreter to start (not a frozen app), and no
+    ``A3C_COMPILE_HELPER=0`` in the environment."""
+    if os.environ.get("A3C_COMPILE_HELPER", "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    if getattr(sys, "frozen", False) or not sys.executable:
+        return False
+    return _usable_cpus() >= 2
+
+
 def warm_up_network(net, cross_episode=False, parallel=None):
     """Run a worker's kernels once on ``net`` (compiling or loading them):
     steps recorded and not (the bootstrap), the sampler and the
     backward-only update; never ``loss_and_grad``'s batched forward, which a
     worker does not call.  ``cross_episode``: also a rollout with a reset.
 
-    ``parallel`` (default: when at least 2 CPUs are usable): when the step
+    ``parallel`` (default: :func:`helper_allowed`): when the step
     has not loaded within :data:`HELPER_DELAY_S` (a first run: it is being
     compiled), a helper process compiles the update's kernels into the
     on-disk cache meanwhile (:func:`_helper_main`), on the other core; this
@@ -472,7 +483,7 @@ def warm_up_network(net, cross_episode=False, parallel=None):
     if hasattr(net, "single_step_kernel"):
         net.single_step_kernel = True
     if parallel is None:
-        parallel = _usable_cpus() >= 2
+        parallel = helper_allowed()
     helper = _Helper(net.spec) if parallel else None
     timer = threading.Timer(HELPER_DELAY_S, helper.start) if helper else None
     try:
