@@ -31,7 +31,9 @@ norm Adam's second moments expect (``sqrt(sum v_hat)``, refreshed every
 
 Analyse with ``python bench/trace_updates.py --show OUT.npz --at SECONDS``
 (the updates around a moment) or ``--dips`` (each post-convergence dip of
-the per-update raw-return average, with the updates that led into it).
+the per-update raw-return average, with the updates that led into it) or
+``--bursts OUT.npz [--since S] [--clip 40]`` (how often the norm exceeds the
+clip, which layers carry it, by the least likely sampled action).
 """
 from __future__ import annotations
 
@@ -225,18 +227,64 @@ def dips(d, lo=60.0, hi=75.0, lead=1.5):
     return out
 
 
+def bursts(d, after=0.0, clip=40.0, small=2.0):
+    """Statistics of the updates after ``after`` seconds: how often the
+    gradient norm exceeds ``clip``, which layers carry it (median share of
+    the global norm, for ordinary updates with norm < ``small`` and for the
+    bursts), the norm by the probability of the least likely action the
+    rollout sampled, and the median norm Adam's second moments expect.
+    Returns a dict (the figures of bench/RESULTS.md's trace section)."""
+    m = d["t"] > after
+    g = d["gnorm"][m]
+    span = float(d["t"][m].max() - d["t"][m].min()) if m.sum() > 1 else 0.0
+    out = {"updates": int(m.sum()), "seconds": span,
+           "bursts": int((g > clip).sum()),
+           "bursts_per_s": float((g > clip).sum() / span) if span > 0 else float("nan"),
+           "burst_share": float((g > clip).mean()) if len(g) else float("nan"),
+           "adam_exp_median": float(np.median(d["adam_exp"][m])) if len(g) else float("nan")}
+    for name, sel in (("ordinary", g < small), ("burst", g > clip)):
+        for layer in ("g_conv", "g_fc", "g_lstm", "g_pol", "g_val"):
+            share = d[layer][m][sel] / g[sel] if sel.any() else np.array([np.nan])
+            out[f"{name}_{layer}_share"] = float(np.median(share))
+    pmin = d["pmin"][m]
+    rows = []
+    for lo, hi in ((0.0, 1e-3), (1e-3, 1e-2), (1e-2, 0.1), (0.1, 1.01)):
+        sel = (pmin >= lo) & (pmin < hi)
+        rows.append((lo, hi, int(sel.sum()),
+                     float(np.median(g[sel])) if sel.any() else float("nan"),
+                     float((g[sel] > clip).mean()) if sel.any() else float("nan")))
+    out["by_pmin"] = rows
+    return out
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "--show" or (argv and argv[0] == "--dips"):
+    if argv and argv[0] in ("--show", "--dips", "--bursts"):
         p = argparse.ArgumentParser()
         p.add_argument("--show", default=None)
         p.add_argument("--dips", default=None)
+        p.add_argument("--bursts", default=None)
+        p.add_argument("--since", type=float, default=0.0,
+                       help="--bursts: only updates after this many seconds (e.g. the crossing)")
+        p.add_argument("--clip", type=float, default=40.0, help="--bursts: the burst threshold")
         p.add_argument("--at", type=float, default=None)
         p.add_argument("--before", type=float, default=3.0)
         p.add_argument("--after", type=float, default=2.0)
         p.add_argument("--every", type=int, default=1)
         a = p.parse_args(argv)
-        d = load(a.show or a.dips)
+        d = load(a.show or a.dips or a.bursts)
+        if a.bursts:
+            b = bursts(d, after=a.since, clip=a.clip)
+            print(f"{b['updates']} updates over {b['seconds']:.0f} s; norm > {a.clip:g}: "
+                  f"{b['bursts']} ({b['burst_share'] * 100:.1f} %, {b['bursts_per_s']:.2f}/s); "
+                  f"median sqrt(sum v_hat) {b['adam_exp_median']:.2f}")
+            for kind in ("ordinary", "burst"):
+                print(f"  {kind:8s} median share of the norm: " + ", ".join(
+                    f"{lay[2:]} {b[f'{kind}_{lay}_share']:.2f}"
+                    for lay in ("g_conv", "g_fc", "g_lstm", "g_pol", "g_val")))
+            for lo, hi, n, med, over in b["by_pmin"]:
+                print(f"  sampled p_min in [{lo:g}, {hi:g}): {n} updates, median norm {med:.2f}, "
+                      f"{over * 100:.1f} % over {a.clip:g}")
         if a.dips:
             for on, t, m in dips(d):
                 print(f"dip: last avg100 >= 75 at {on:.2f} s, < 60 at {t:.2f} s, min {m:.1f}")

@@ -191,3 +191,35 @@ def test_trace_updates_records_every_update(tmp_path):
     starts = np.r_[0, ended[:-1] + 1]
     rebuilt = [d["raw"][a:b + 1].sum() for a, b in zip(starts, ended)]
     np.testing.assert_allclose(rebuilt, [float(r["return"]) for r in rows])
+
+
+def test_trace_updates_burst_statistics():
+    """bench/trace_updates.py --bursts on a hand-made trace: counts, rate,
+    layer shares and the p_min buckets are the hand-computed ones."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.spec_from_file_location(
+        "trace_updates", os.path.join(os.path.dirname(__file__), "..", "bench", "trace_updates.py"))
+    tu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tu)
+    n = 10
+    d = {c: np.zeros(n) for c in tu.COLS}
+    d["t"] = np.arange(n, dtype=float)              # 0..9 s
+    d["gnorm"] = np.array([1, 1, 1, 50, 1, 100, 1, 1, 1, 1.0])
+    d["g_val"] = np.where(d["gnorm"] < 2, 0.9, 0.1 * d["gnorm"])
+    d["g_conv"] = np.where(d["gnorm"] < 2, 0.1, 0.9 * d["gnorm"])
+    d["pmin"] = np.array([0.5, 0.5, 0.5, 0.0005, 0.5, 0.005, 0.5, 0.5, 0.5, 0.05])
+    d["adam_exp"] = np.full(n, 7.0)
+    b = tu.bursts(d, after=0.5, clip=40.0)          # drops t = 0
+    assert b["updates"] == 9 and b["seconds"] == 8.0
+    assert b["bursts"] == 2 and b["bursts_per_s"] == 0.25
+    assert b["ordinary_g_val_share"] == pytest.approx(0.9)
+    assert b["burst_g_conv_share"] == pytest.approx(0.9)
+    assert b["burst_g_val_share"] == pytest.approx(0.1)
+    assert b["adam_exp_median"] == 7.0
+    by = {(lo, hi): (k, med, over) for lo, hi, k, med, over in b["by_pmin"]}
+    assert by[(0.0, 1e-3)] == (1, 50.0, 1.0)
+    assert by[(1e-3, 1e-2)] == (1, 100.0, 1.0)
+    assert by[(1e-2, 0.1)] == (1, 1.0, 0.0)
+    assert by[(0.1, 1.01)] == (6, 1.0, 0.0)
