@@ -80,9 +80,11 @@ def warm_up(specs=None, dtypes=(np.float32,), parallel=False):
     if parallel:
         from a3c_core.train.worker import _Helper
 
-        helper = _Helper({"compile": specs, "dtypes": [np.dtype(d).name for d in dtypes]},
-                         entry="from a3c_core.compile import _helper_main; _helper_main()")
-        helper.start()
+        # a warm cache loads every step within the delay: no helper then
+        helper = _Helper({"specs": specs, "dtypes": [np.dtype(d).name for d in dtypes]},
+                         entry="from a3c_core.compile import _helper_main; _helper_main()",
+                         delay=1.0)
+        helper.arm()
     try:
         rng = np.random.default_rng(0)
         nets = []
@@ -123,10 +125,10 @@ def _helper_main():
     from a3c_core.train.worker import _watch_parent
     from a3c_core.nn.network import build_network
 
-    arg = _watch_parent()
+    job = _watch_parent()["job"]
     rng = np.random.default_rng(0)
-    for name in arg["spec"]["dtypes"]:
-        for spec in arg["spec"]["compile"]:
+    for name in job["dtypes"]:
+        for spec in job["specs"]:
             obs_shape = _obs_shape(spec)
             net = build_network(spec, obs_shape, 3, dtype=np.dtype(name))
             _update_paths(net, rng, np.dtype(name), obs_shape)

@@ -142,6 +142,22 @@ def test_im2col_conv2_numba(benchmark):
 
 
 @pytest.mark.benchmark(group="kernels")
+def test_im2col_conv1_numba(benchmark):
+    """conv1's im2col in the update (84x84 frames, 8x8 stride 4, one channel)."""
+    x = np.random.default_rng(4).random((T_MAX, 84, 84, 1)).astype(np.float32)
+    cols = np.empty((T_MAX * 400, 64), np.float32)
+    benchmark(K.im2col_nhwc, x, 8, 8, 4, 0, cols)
+
+
+@pytest.mark.benchmark(group="kernels")
+def test_col2im_conv2_numba(benchmark):
+    """conv2's input gradient scatter in the update."""
+    dcols = np.random.default_rng(4).random((T_MAX * 81, 256)).astype(np.float32)
+    dx = np.empty((T_MAX, 20, 20, 16), np.float32)
+    benchmark(K.col2im_nhwc, dcols, 4, 4, 2, 0, dx)
+
+
+@pytest.mark.benchmark(group="kernels")
 def test_im2col_conv2_numpy(benchmark):
     x = np.random.default_rng(4).random((T_MAX, 16, 20, 20)).astype(np.float32)
     benchmark(ref.im2col, x, 4, 4, 2)

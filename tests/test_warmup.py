@@ -10,21 +10,24 @@ import sys
 
 from proc_util import REPO, alive, wait_gone
 
-PARENT = r"""
-import json, sys
-import numpy as np
+# records, in the child, whether each helper start launched a process
+SPY = r"""
 from a3c_core.train import worker
-from a3c_core.nn.network import build_network
-from a3c_core import compile as comp
-
-worker.HELPER_DELAY_S = 0.0      # start the helper at once (a first run waits a few seconds)
-net = build_network(SPEC, SHAPE, 3)
 started = []
 orig = worker._Helper.start
 def start(self):
     orig(self)
     started.append(self.proc is not None)
 worker._Helper.start = start
+"""
+
+PARENT = SPY + r"""
+import json, sys
+import numpy as np
+from a3c_core.nn.network import build_network
+
+worker.HELPER_DELAY_S = 0.0      # start the helper at once (a first run waits a few seconds)
+net = build_network(SPEC, SHAPE, 3)
 worker.warm_up_network(net, parallel=True)
 from a3c_core.nn import kernels as K
 from a3c_core.sampling import sample_categorical
@@ -89,17 +92,11 @@ def test_helper_exits_when_its_parent_is_killed(tmp_path):
             parent.kill()
 
 
-COMPILE = r"""
+COMPILE = SPY + r"""
 import json, sys
 from a3c_core import compile as comp
-from a3c_core.train import worker
 
-started = []
-orig = worker._Helper.start
-def start(self):
-    orig(self)
-    started.append(self.proc is not None)
-worker._Helper.start = start
+worker._Helper.arm = worker._Helper.start      # at once, not after its delay
 comp.warm_up(specs=["mlp", "mlp-lstm"], parallel=True)
 n, hits, misses, dirs, compiled, unsaved = comp.cache_stats()
 print(json.dumps({"started": started, "hits": hits, "misses": misses}))

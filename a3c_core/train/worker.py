@@ -485,16 +485,13 @@ def warm_up_network(net, cross_episode=False, parallel=None):
     if parallel is None:
         parallel = helper_allowed()
     helper = _Helper(net.spec) if parallel else None
-    timer = threading.Timer(HELPER_DELAY_S, helper.start) if helper else None
     try:
-        if timer is not None:
-            timer.daemon = True
-            timer.start()
+        if helper is not None:
+            helper.arm()
         obs = np.zeros((3,) + tuple(net.obs_shape), net.dtype)
         probs, _, _ = net.step(obs[0], net.initial_state())
         sample_categorical(probs, 0.5)
-        if timer is not None:
-            timer.cancel()
+        if helper is not None:
             helper.wait()
         zeros = np.zeros(3, np.float32)
         resets = (False, True) if cross_episode and net.recurrent else (False,)
@@ -507,24 +504,35 @@ def warm_up_network(net, cross_episode=False, parallel=None):
                 _, _, s = net.step(obs[t], s, record=True)
             net.rollout_grad(np.zeros(3, np.int64), zeros, zeros)
     finally:
-        if timer is not None:
-            timer.cancel()
+        if helper is not None:
             helper.stop()
 
 
 class _Helper:
-    """The child process of :func:`warm_up_network` (started at most once)."""
+    """A compile helper process (see :func:`warm_up_network`), started at
+    most once: :meth:`arm` starts it after ``delay`` seconds (default
+    :data:`HELPER_DELAY_S`) unless :meth:`wait` or :meth:`stop` comes
+    first, so a warm cache, which loads within the delay, never starts one.
+    ``job`` (JSON-able) reaches the ``entry`` code as ``_watch_parent()["job"]``."""
 
     #: seconds to wait for the helper before compiling here anyway
     timeout = 120.0
 
-    def __init__(self, spec, entry="from a3c_core.train.worker import _helper_main; "
-                                   "_helper_main()"):
-        self.arg = json.dumps({"spec": spec, "parent": os.getpid()})
+    def __init__(self, job, entry="from a3c_core.train.worker import _helper_main; "
+                                  "_helper_main()", delay=None):
+        self.arg = json.dumps({"job": job, "parent": os.getpid()})
         self.entry = entry
+        self.delay = delay
         self.proc = None
+        self._timer = None
         self._lock = threading.Lock()
         self._stopped = False
+
+    def arm(self):
+        delay = HELPER_DELAY_S if self.delay is None else self.delay
+        self._timer = threading.Timer(delay, self.start)
+        self._timer.daemon = True
+        self._timer.start()
 
     def start(self):
         with self._lock:
@@ -538,8 +546,16 @@ class _Helper:
             except OSError:
                 self.proc = None
 
+    def _disarm(self):
+        if self._timer is not None:
+            self._timer.cancel()
+
     def wait(self):
+        """Cancel a start still pending; wait for a started helper (at most
+        :attr:`timeout`)."""
+        self._disarm()
         with self._lock:
+            self._stopped = True        # a timer that already fired starts nothing now
             proc = self.proc
         if proc is not None:
             try:
@@ -548,6 +564,7 @@ class _Helper:
                 pass
 
     def stop(self):
+        self._disarm()
         with self._lock:
             self._stopped = True
             proc = self.proc
@@ -578,8 +595,7 @@ def _helper_main():
     compiling).  Exits when its parent is gone."""
     from a3c_core.nn.network import network_from_spec
 
-    arg = _watch_parent()
-    net = network_from_spec(arg["spec"])
+    net = network_from_spec(_watch_parent()["job"])
     obs = np.zeros((3,) + tuple(net.obs_shape), net.dtype)
     zeros = np.zeros(3, np.float32)
     net.record_rollout(obs, net.initial_state())
