@@ -92,10 +92,10 @@ def _cmd_train(args):
 def _run_trainer(trainer, cfg, TrainingError):
     if trainer.resume_note:
         print(trainer.resume_note, flush=True)
-    print(f"run directory: {trainer.run_dir}  ({trainer.n_workers} workers, {trainer.spec_name}, "
-          f"{trainer.shared.params.size:,} parameters, env {cfg.env})", flush=True)
+    line = (f"run directory: {trainer.run_dir}  ({trainer.n_workers} workers, {trainer.spec_name}, "
+            f"{trainer.shared.params.size:,} parameters, env {cfg.env})")
     try:
-        res = trainer.run()
+        res = trainer.run(announce=lambda: print(line, flush=True))
     except TrainingError as e:
         print(f"a3c train: error: {e}", file=sys.stderr)
         return 1

@@ -46,6 +46,7 @@ lost data and no failed check.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -796,6 +797,20 @@ def drive_sigint_before_first_checkpoint(proc, ctx):
         proc.killpg(signal.SIGINT)
 
 
+_COMPILE_DELAYS = itertools.cycle((0.4, 1.0, 1.8))
+
+
+def drive_sigint_while_compiling(proc, ctx):
+    """Ctrl-C 0.4, 1.0 or 1.8 s (one per attempt) after the run dir line, with an
+    empty cache: inside Numba's compiler, where an exception raised at any line
+    was lost in a ctypes callback (training went on) or broke the next cache
+    write (a traceback) in ~1 start of 10 before the signal was deferred to a
+    safe point."""
+    if proc.wait_until(lambda: "run directory:" in proc.output, timeout=120, poll=0.01):
+        time.sleep(next(_COMPILE_DELAYS))
+        proc.killpg(signal.SIGINT)
+
+
 def drive_sigint_in_env_init(proc, ctx):
     marker = os.path.join(ctx.tmp, "env-started")
     if proc.wait_until(lambda: os.path.exists(marker), timeout=120):
@@ -1004,6 +1019,10 @@ CASES = [
          contains=("interrupted",), absent=("None", "a3c train: error"),
          drive=drive_sigint_before_first_checkpoint,
          env={"NUMBA_CACHE_DIR": "{tmp}/numba-cache"}),  # a first run: kernels compile during warm-up
+    Case("sigint-while-compiling", "signal", CART_LONG, expect="ok", rc=(130,),
+         contains=("interrupted",), absent=("Traceback", "Exception ignored", "a3c train: error"),
+         drive=drive_sigint_while_compiling, repeat=3, timeout=60.0,
+         env={"NUMBA_CACHE_DIR": "{tmp}/numba-cache"}),
     Case("sigint-during-env-start", "signal", CART + ["--env", "crash_envs:SlowInit-v0"], expect="ok",
          rc=(130,), contains=("interrupted",), drive=drive_sigint_in_env_init),
     Case("sigint-during-doom-engine-start", "signal", DOOM, expect="ok", rc=(130,), needs=("doom",),

@@ -99,11 +99,11 @@ def run_ray_training(cfg, args, resume=None) -> int:
         return 130
     if trainer.resume_note:
         print(trainer.resume_note, flush=True)
-    print(f"run directory: {trainer.run_dir}  ({opts.nodes} nodes x {trainer.n_workers} workers on "
-          f"{trainer.hosts} machine(s), {opts.shards} shard(s), {trainer.spec_name}, "
-          f"{trainer.shared.params.size:,} parameters, env {cfg.env})", flush=True)
+    line = (f"run directory: {trainer.run_dir}  ({opts.nodes} nodes x {trainer.n_workers} workers on "
+            f"{trainer.hosts} machine(s), {opts.shards} shard(s), {trainer.spec_name}, "
+            f"{trainer.shared.params.size:,} parameters, env {cfg.env})")
     try:
-        res = trainer.run()
+        res = trainer.run(announce=lambda: print(line, flush=True))
     except TrainingError as e:
         if not isinstance(e, ShardLost):
             for who, tb in e.worker_tracebacks:

@@ -26,6 +26,7 @@ every episode so far, up to its full window).
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import math
 import os
@@ -244,6 +245,7 @@ class Trainer:
             fh.write(cfg.to_toml())
 
         self.stop_event = threading.Event()
+        self._signals = _signals_as_exceptions()   # inert until run() enters one
         self.errors = []  # (worker id, traceback text)
         self.rewards = RewardWindows(cfg.reward_window, LONG_WINDOW_FACTOR * cfg.reward_window)
         self.workers = [None] * self.n_workers
@@ -477,18 +479,26 @@ class Trainer:
             obs_shape = tuple(self.net_spec["obs_shape"])
             net = self._build_network(self.spec_name, obs_shape, self.net_spec["n_actions"],
                                       seed=self.cfg.seed, **self.net_kwargs)
-            warm_up_network(net, self.cfg.cross_episode)
+            with self._signals.deferred():  # a Ctrl-C lands between compiles
+                warm_up_network(net, self.cfg.cross_episode)
         finally:
             notice.cancel()
 
-    def run(self) -> TrainResult:
+    def run(self, announce=None) -> TrainResult:
         """Train until a stop condition, a signal or a failure; always leaves a
-        loadable checkpoint, ``summary.json`` and closed envs behind."""
+        loadable checkpoint, ``summary.json`` and closed envs behind.
+        ``announce()`` (the CLI's "run directory" line) is called once the
+        signal handlers are in place, so a Ctrl-C right after it is the run's."""
         from a3c_core._blas import blas_threads
 
-        with blas_threads(1), _signals_as_exceptions():
+        # the handlers go in first, deferred: threadpoolctl's scan (a ctypes
+        # callback) would swallow a KeyboardInterrupt; _run raises it
+        with _signals_as_exceptions(defer=True) as self._signals:
             try:
-                return self._run()
+                if announce is not None:
+                    announce()
+                with blas_threads(1):
+                    return self._run()
             finally:
                 self.close()
 
@@ -498,11 +508,13 @@ class Trainer:
         handles = None
         path = None
         try:
+            self._signals.resume()
             self.logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard,
                                         resume_at=getattr(self, "_resume_counters", None))
             handles = self._start_workers()
             self._monitor(handles)
         except KeyboardInterrupt as e:  # SIGINT, or SIGTERM via StopSignal
+            self._signals.caught()
             status, sig = "interrupted", getattr(e, "name", "SIGINT")
             self.stop_event.set()
             if not cfg.quiet:
@@ -590,6 +602,7 @@ class Trainer:
         line_every = cfg.log_interval if tty else max(10.0, cfg.log_interval)
         while self._workers_running(handles):
             self.stop_event.wait(min(self._tick_seconds, cfg.log_interval))
+            self._signals.check()   # a signal whose raise C code swallowed
             self._before_tick()
             now = time.perf_counter()
             steps = int(self.shared.steps)
@@ -795,32 +808,88 @@ class _signals_as_exceptions:
     KeyboardInterrupt and SIGTERM :class:`StopSignal`, once; both stop the
     workers and write the final checkpoint.  Later signals are ignored with a
     note, so a second Ctrl-C cannot tear the final checkpoint.  The previous
-    handlers are restored afterwards."""
+    handlers are restored afterwards.
+
+    It starts *deferred* (``defer=True``): a signal is recorded and raised
+    later by :meth:`check`, at a point known to be safe (see
+    :mod:`a3c_core._safepoint`); :meth:`resume` ends that first deferral and
+    :meth:`deferred` opens another, around the kernel warm-up.  Outside a
+    deferral the handler raises at once; a raise that C code swallowed (a
+    ctypes callback prints it and goes on) is raised again by the next
+    :meth:`check`, which the monitor calls every tick."""
+
+    def __init__(self, defer=False):
+        self._defer = 1 if defer else 0
+        self._fired = None          # the first signal, once one came
+        self._delivered = False     # raised where the run caught it
+        self._installed = False
 
     def __enter__(self):
         self._old = {}
-        self._fired = False
         if threading.current_thread() is not threading.main_thread():
             return self
 
         def handler(signum, frame):
-            if self._fired:
-                print(f"\n{signal.Signals(signum).name}: already stopping, "
+            name = signal.Signals(signum).name
+            if self._fired is not None:
+                print(f"\n{name}: already stopping, "
                       "writing the final checkpoint...", file=sys.stderr, flush=True)
                 return
-            self._fired = True
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            raise StopSignal(signal.Signals(signum).name)
+            self._fired = signum
+            if self._defer:
+                print(f"\n{name}: stopping once the kernel being compiled is done...",
+                      file=sys.stderr, flush=True)
+                return
+            raise self._exception()
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._old[sig] = signal.signal(sig, handler)
+        self._installed = True
         return self
 
     def __exit__(self, *exc):
         for sig, old in self._old.items():
             signal.signal(sig, old)
+        self._installed = False
         return False
+
+    def _exception(self):
+        if self._fired == signal.SIGINT:
+            return KeyboardInterrupt()
+        return StopSignal(signal.Signals(self._fired).name)
+
+    def check(self):
+        """Raise the signal that came, unless the run has caught it already."""
+        if self._fired is not None and not self._delivered:
+            self._delivered = True
+            raise self._exception()
+
+    def caught(self):
+        """The run caught the signal's exception (raised here or by the handler)."""
+        self._delivered = True
+
+    def resume(self):
+        """End the deferral the object started with; raise what came meanwhile."""
+        self._defer = max(0, self._defer - 1)
+        self.check()
+
+    @contextlib.contextmanager
+    def deferred(self):
+        """Record signals inside the block; raise them at its safe points
+        (:func:`a3c_core._safepoint.safe_point`, the start of each Numba
+        compile) or at its end."""
+        if not self._installed:
+            yield
+            return
+        from a3c_core._safepoint import safe_points
+
+        self._defer += 1
+        try:
+            with safe_points(self.check):
+                yield
+        finally:
+            self._defer -= 1
+        self.check()
 
 
 def train(cfg: Config | None = None, *, resume: str | None = None, out=None, **overrides) -> TrainResult:

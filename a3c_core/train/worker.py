@@ -53,6 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from a3c_core._safepoint import safe_point
 from a3c_core.core import gae
 from a3c_core.core.normalize import running_returns
 from a3c_core.sampling import sample_categorical
@@ -490,6 +491,7 @@ def warm_up_network(net, cross_episode=False, parallel=None):
             helper.arm()
         obs = np.zeros((3,) + tuple(net.obs_shape), net.dtype)
         probs, _, _ = net.step(obs[0], net.initial_state())
+        safe_point()
         sample_categorical(probs, 0.5)
         if helper is not None:
             helper.wait()
@@ -503,6 +505,7 @@ def warm_up_network(net, cross_episode=False, parallel=None):
                     s = net.initial_state()
                 _, _, s = net.step(obs[t], s, record=True)
             net.rollout_grad(np.zeros(3, np.int64), zeros, zeros)
+            safe_point()
     finally:
         if helper is not None:
             helper.stop()
@@ -558,10 +561,14 @@ class _Helper:
             self._stopped = True        # a timer that already fired starts nothing now
             proc = self.proc
         if proc is not None:
-            try:
-                proc.wait(self.timeout)
-            except subprocess.TimeoutExpired:
-                pass
+            deadline = time.monotonic() + self.timeout
+            while time.monotonic() < deadline:
+                safe_point()            # a deferred Ctrl-C stops the wait
+                try:
+                    proc.wait(0.1)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
 
     def stop(self):
         self._disarm()

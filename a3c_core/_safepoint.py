@@ -1,0 +1,62 @@
+"""Safe points for a Ctrl-C that arrives while Numba kernels compile.
+
+A ``KeyboardInterrupt`` raised by a signal handler lands at whatever Python
+line runs next, and during a first run that is Numba's compiler, which is
+not written to be interrupted anywhere:
+
+* inside a ctypes callback (llvmlite's object-cache hook, threadpoolctl's
+  library scan) the exception is printed as "Exception ignored" and lost, so
+  the Ctrl-C does nothing and training starts anyway;
+* the compile it cut short leaves a library without its object code, and the
+  next cache write fails with ``RuntimeError: no compiled object yet``, a
+  traceback instead of a clean exit.
+
+So the trainer only *records* a signal while it compiles (see
+``_signals_as_exceptions.deferred`` in :mod:`a3c_core.train.trainer`) and
+raises it at a safe point: :func:`safe_point`, called between the phases of
+the warm-up and while it waits for the compile helper, and the start of every
+Numba compile in the main thread (before anything of it is built).  The
+latency is the compile in progress: up to a few seconds.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+_check = None
+
+
+def safe_point():
+    """Raise a deferred signal now, if one is pending (main thread only; a
+    no-op outside :func:`safe_points`)."""
+    check = _check
+    if check is not None and threading.current_thread() is threading.main_thread():
+        check()
+
+
+def _compile_listener():
+    from numba.core import event
+
+    class _CompileStart(event.Listener):
+        def on_start(self, ev):
+            safe_point()
+
+        def on_end(self, ev):
+            pass
+
+    return event, _CompileStart()
+
+
+@contextlib.contextmanager
+def safe_points(check):
+    """Inside the block, :func:`safe_point` and the start of each Numba
+    compile in the main thread call ``check`` (which raises a pending signal)."""
+    global _check
+    event, listener = _compile_listener()
+    prev, _check = _check, check
+    event.register("numba:compile", listener)
+    try:
+        yield
+    finally:
+        event.unregister("numba:compile", listener)
+        _check = prev

@@ -1,0 +1,105 @@
+"""A signal during the warm-up is recorded and raised at a safe point.
+
+Real signals to this process (``os.kill``), real Numba compiles and a real
+ctypes callback (libc's ``qsort``): the two places where a KeyboardInterrupt
+raised by the handler went wrong before (lost inside a ctypes callback; a
+Numba compile cut in the middle).
+"""
+import ctypes
+import os
+import signal
+import threading
+
+import numba
+import pytest
+
+from a3c_core._safepoint import safe_point
+from a3c_core.train.trainer import StopSignal, _signals_as_exceptions
+
+pytestmark = pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                                reason="signal handlers need the main thread")
+
+_CMP = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int))
+
+
+def _qsort_with_signal(sig):
+    """Sort 4 ints with libc's qsort; the comparator sends ``sig`` to this
+    process once. Returns the sorted values (the callback ran to the end)."""
+    sent = []
+
+    def cmp(a, b):
+        if not sent:
+            sent.append(1)
+            os.kill(os.getpid(), sig)
+            sum(range(1000))  # bytecode for the pending handler to run in
+        return a[0] - b[0]
+
+    arr = (ctypes.c_int * 4)(4, 2, 3, 1)
+    ctypes.CDLL(None).qsort(arr, 4, ctypes.sizeof(ctypes.c_int), _CMP(cmp))
+    return list(arr)
+
+
+def test_signal_in_a_ctypes_callback_is_not_lost_when_deferred(monkeypatch):
+    ignored = []
+    monkeypatch.setattr("sys.unraisablehook", ignored.append)
+    with _signals_as_exceptions() as sigs:
+        with sigs.deferred():
+            assert _qsort_with_signal(signal.SIGINT) == [1, 2, 3, 4]  # not cut short
+            assert ignored == []
+            with pytest.raises(KeyboardInterrupt):
+                safe_point()
+            safe_point()  # raised once only
+        # nor again at the deferral's end
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_raise_swallowed_by_a_callback_is_raised_again_by_check(monkeypatch):
+    ignored = []
+    monkeypatch.setattr("sys.unraisablehook", ignored.append)
+    with _signals_as_exceptions() as sigs:
+        _qsort_with_signal(signal.SIGINT)   # the handler raises inside the callback: lost
+        assert [type(u.exc_value) for u in ignored] == [KeyboardInterrupt]
+        with pytest.raises(KeyboardInterrupt):
+            sigs.check()
+        sigs.check()    # delivered: not again
+
+
+def test_signal_is_raised_at_the_next_compile_start_before_it_compiles():
+    @numba.njit(cache=False)
+    def first(x):
+        return x + 1
+
+    @numba.njit(cache=False)
+    def second(x):
+        return x * 2
+
+    with _signals_as_exceptions() as sigs:
+        with sigs.deferred():
+            assert first(1) == 2
+            os.kill(os.getpid(), signal.SIGTERM)
+            with pytest.raises(StopSignal) as err:
+                second(3)
+            assert err.value.name == "SIGTERM"
+            assert second.signatures == []        # nothing of it was compiled
+            assert second(3) == 6                 # and it compiles cleanly later
+
+
+def test_a_second_signal_is_only_noted(capfd):
+    with _signals_as_exceptions(defer=True) as sigs:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(1000))
+        err = capfd.readouterr().err
+        assert "stopping once the kernel being compiled is done" in err
+        assert "already stopping" in err
+        with pytest.raises(KeyboardInterrupt):
+            sigs.resume()
+        sigs.check()
+
+
+def test_outside_a_run_nothing_is_deferred_or_raised():
+    sigs = _signals_as_exceptions()        # never entered: a Trainer not running
+    with sigs.deferred():
+        safe_point()
+    sigs.check()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
