@@ -60,3 +60,51 @@ def safe_points(check):
     finally:
         event.unregister("numba:compile", listener)
         _check = prev
+
+
+class deferred_sigint:
+    """For a command that compiles (``a3c compile``, ``a3c eval``'s first
+    step): inside the block a SIGINT is recorded, and raised as
+    KeyboardInterrupt at the block's safe points or at its end.  Main thread
+    only; elsewhere a no-op.  (The trainer has its own, which also handles
+    SIGTERM and stays installed for the whole run.)"""
+
+    def __init__(self, note="\nSIGINT: stopping once the kernel being compiled is done..."):
+        self.note = note
+        self._fired = False
+        self._old = None
+        self._points = None
+
+    def check(self):
+        if self._fired:
+            self._fired = False
+            raise KeyboardInterrupt
+
+    def _handler(self, signum, frame):
+        if not self._fired:
+            self._fired = True
+            if self.note:
+                import sys
+
+                print(self.note, file=sys.stderr, flush=True)
+
+    def __enter__(self):
+        import signal
+
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handler)
+            self._points = safe_points(self.check)
+            self._points.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        if self._old is None:
+            return False
+        self._points.__exit__(*exc)
+        signal.signal(signal.SIGINT, self._old)
+        self._old = None
+        if exc[0] is None:
+            self.check()
+        return False

@@ -183,8 +183,12 @@ def run_compile(args) -> int:
         return 2
     from a3c_core.train.worker import helper_allowed
 
-    # --check must see the cache as it is: no helper filling it meanwhile
-    warm_up(specs=args.spec, dtypes=dtypes, parallel=not args.check and helper_allowed())
+    from a3c_core._safepoint import deferred_sigint
+
+    # --check must see the cache as it is: no helper filling it meanwhile.
+    # A Ctrl-C waits for the kernel being compiled (see a3c_core._safepoint).
+    with deferred_sigint():
+        warm_up(specs=args.spec, dtypes=dtypes, parallel=not args.check and helper_allowed())
     seconds = time.perf_counter() - t0
     n, hits, misses, dirs, compiled, unsaved = cache_stats()
     where = ", ".join(dirs) if dirs else "(no cache directory)"

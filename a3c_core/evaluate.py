@@ -81,6 +81,7 @@ def write_gif(path, frames, step_seconds) -> dict:
 
 
 def run_eval(args) -> int:
+    from a3c_core._safepoint import deferred_sigint
     from a3c_core.checkpoint import CheckpointError
     from a3c_core.envs import make_env
     from a3c_core.obs import ObservationError
@@ -111,7 +112,11 @@ def run_eval(args) -> int:
             while not done:
                 if args.gif and ep == 0:
                     frames.append(env.render_frame())
-                a, state = policy.act(obs, state, greedy=not args.sample, rng=rng)
+                if ep == 0 and length == 0:    # the first step compiles on a cold cache:
+                    with deferred_sigint():     # a Ctrl-C there waits for a safe point
+                        a, state = policy.act(obs, state, greedy=not args.sample, rng=rng)
+                else:
+                    a, state = policy.act(obs, state, greedy=not args.sample, rng=rng)
                 obs, r, term, trunc = env.step(a)
                 total += r
                 length += 1

@@ -811,6 +811,22 @@ def drive_sigint_while_compiling(proc, ctx):
         proc.killpg(signal.SIGINT)
 
 
+def drive_sigint_in_compile_command(proc, ctx):
+    """Ctrl-C 1.5 or 3 s (one per attempt) into ``a3c compile`` on an empty cache."""
+    time.sleep(max(0.0, next(_COMMAND_DELAYS) - (time.monotonic() - proc.t0)))
+    proc.killpg(signal.SIGINT)
+
+
+_COMMAND_DELAYS = itertools.cycle((1.5, 3.0))
+
+
+def drive_sigint_in_eval_compile(proc, ctx):
+    """Ctrl-C 0.5 s after eval loaded its checkpoint: its first step compiles."""
+    if proc.wait_until(lambda: "loaded" in proc.output, timeout=120, poll=0.01):
+        time.sleep(0.5)
+        proc.killpg(signal.SIGINT)
+
+
 def drive_sigint_in_env_init(proc, ctx):
     marker = os.path.join(ctx.tmp, "env-started")
     if proc.wait_until(lambda: os.path.exists(marker), timeout=120):
@@ -1022,6 +1038,14 @@ CASES = [
     Case("sigint-while-compiling", "signal", CART_LONG, expect="ok", rc=(130,),
          contains=("interrupted",), absent=("Traceback", "Exception ignored", "a3c train: error"),
          drive=drive_sigint_while_compiling, repeat=3, timeout=60.0,
+         env={"NUMBA_CACHE_DIR": "{tmp}/numba-cache"}),
+    Case("sigint-during-a3c-compile", "signal", ["compile"], expect="ok", rc=(130,),
+         contains=("interrupted",), absent=("Traceback", "Exception ignored"),
+         drive=drive_sigint_in_compile_command, repeat=2, timeout=60.0,
+         env={"NUMBA_CACHE_DIR": "{tmp}/numba-cache"}),
+    Case("sigint-during-eval-compile", "signal", ["eval", "{cart}", "--episodes", "3"], expect="ok",
+         rc=(130,), contains=("interrupted",), absent=("Traceback", "Exception ignored"),
+         drive=drive_sigint_in_eval_compile, timeout=60.0,
          env={"NUMBA_CACHE_DIR": "{tmp}/numba-cache"}),
     Case("sigint-during-env-start", "signal", CART + ["--env", "crash_envs:SlowInit-v0"], expect="ok",
          rc=(130,), contains=("interrupted",), drive=drive_sigint_in_env_init),
