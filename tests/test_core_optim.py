@@ -160,6 +160,29 @@ def test_rmsprop_anneal():
     np.testing.assert_allclose(p, [1 - 0.5 / np.sqrt(s + 0.1)], rtol=1e-6)
 
 
+def test_adam_anneal_against_a_numpy_twin():
+    rng = np.random.default_rng(3)
+    n, b1, b2, eps = 7, 0.9, 0.999, 1e-8
+    opt = Adam(n, lr=0.01, anneal_steps=200)
+    assert opt.lr_at(0) == 0.01 and opt.lr_at(50) == 0.0075 and opt.lr_at(999) == 0.0
+    p = rng.standard_normal(n).astype(np.float32)
+    ref, m, v = p.astype(np.float64), np.zeros(n), np.zeros(n)
+    for t, step in enumerate((0, 50, 120, 200, 260), start=1):
+        g = rng.standard_normal(n).astype(np.float32)
+        opt.apply(p, g, global_step=step)
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g.astype(np.float64) ** 2
+        lr_t = 0.01 * max(0.0, 1 - step / 200)
+        ref = ref - lr_t * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
+        np.testing.assert_allclose(p, ref, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(opt.exp_avg_sq, v, rtol=1e-5)  # the moments still move at lr 0
+    state = opt.state_dict()
+    assert state["anneal_steps"] == 200
+    fresh = Adam(n, lr=0.01)
+    fresh.load_state_dict(state)
+    assert fresh.anneal_steps == 200 and fresh.step == 5
+
+
 def test_adam_hand_computed():
     p = np.array([1.0], np.float32)
     opt = Adam(1, lr=0.1, beta1=0.9, beta2=0.999, eps=1e-8)

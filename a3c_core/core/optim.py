@@ -134,8 +134,13 @@ class Optimizer:
         offset = int(offset) % n
         return (slice(None),) if offset == 0 else (slice(offset, None), slice(0, offset))
 
+    #: > 0: the learning rate decays linearly to 0 at this global step
+    anneal_steps = 0
+
     def lr_at(self, global_step=0):
         """Learning rate used by an apply at ``global_step``."""
+        if self.anneal_steps > 0:
+            return self.lr * max(0.0, 1.0 - global_step / self.anneal_steps)
         return self.lr
 
     def clip_scale(self, norm):
@@ -227,11 +232,6 @@ class RMSProp(Optimizer):
         self.eps = _check_float("eps", eps, lo=0.0, lo_open=True)
         self.anneal_steps = _check_positive_int("anneal_steps", anneal_steps, allow_zero=True)
 
-    def lr_at(self, global_step=0):
-        if self.anneal_steps > 0:
-            return self.lr * max(0.0, 1.0 - global_step / self.anneal_steps)
-        return self.lr
-
     def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0, out=None,
               grad_sumsq=None):
         lr, ms = self.lr_at(global_step), self.square_avg
@@ -250,8 +250,10 @@ class Adam(Optimizer):
     under a tiny lock before the nogil loop, so bias correction matches the
     number of updates actually accumulated in m and v.  (A per-worker step
     count, the well-known bug in A3C ports, lags by the number of workers
-    and over-corrects early updates.)  ``global_step`` is accepted for the
-    common interface and ignored.
+    and over-corrects early updates.)  ``global_step`` (agent steps, the
+    shared counter) only matters with ``anneal_steps > 0``: then, as in
+    :class:`RMSProp` and the A3C paper, lr_t = lr * max(0, 1 -
+    global_step/anneal_steps).
 
     ``amsgrad=True`` (Reddi et al. 2018; PyTorch's ``amsgrad``) keeps a third
     array, the running maximum of ``v``, and divides the step by it:
@@ -268,7 +270,7 @@ class Adam(Optimizer):
 
     name = "adam"
     _hyper = ("lr", "beta1", "beta2", "eps", "clip_relative")
-    _ints = ("step",)
+    _ints = ("step", "anneal_steps")
     _arrays = ("exp_avg", "exp_avg_sq")
 
     #: applies between exact recomputations of sum(v) (the running scalar
@@ -276,7 +278,7 @@ class Adam(Optimizer):
     RESYNC_EVERY = 1000
 
     def __init__(self, n_params, lr=1e-4, beta1=0.9, beta2=0.999, eps=1e-8,
-                 clip_relative=0.0, amsgrad=False):
+                 clip_relative=0.0, amsgrad=False, anneal_steps=0):
         if not isinstance(amsgrad, (bool, np.bool_)):
             raise TypeError(f"amsgrad must be a bool, got {type(amsgrad).__name__}")
         #: AMSGrad: the step divides by the running maximum of v (one more array)
@@ -289,6 +291,7 @@ class Adam(Optimizer):
         self.beta2 = _check_float("beta2", beta2, lo=0.0, hi=1.0, hi_open=True)
         self.eps = _check_float("eps", eps, lo=0.0, lo_open=True)
         self.clip_relative = _check_float("clip_relative", clip_relative, lo=0.0)
+        self.anneal_steps = _check_positive_int("anneal_steps", anneal_steps, allow_zero=True)
         self.step = 0
         self.relative_clips = 0    # applies whose gradient clip_scale shrank
         self.relative_checks = 0   # applies clip_scale was asked about while the clip is on
@@ -306,12 +309,13 @@ class Adam(Optimizer):
             self.step += 1
             t = self.step
         m, v = self.exp_avg, self.exp_avg_sq
+        lr = self.lr_at(global_step)
         try:
             # a bad argument is rejected by the first call, before anything is
             # written: the spans only split arrays already checked 1-D of n_params
             w = self.max_exp_avg_sq if self.amsgrad else None
             for sl in self._spans(offset, params, grads, *_opt(out)):
-                _hogwild.adam_apply(params[sl], grads[sl], m[sl], v[sl], self.lr,
+                _hogwild.adam_apply(params[sl], grads[sl], m[sl], v[sl], lr,
                                     self.beta1, self.beta2, self.eps, t, grad_scale,
                                     _sl(out, sl), _sl(w, sl))
         except (TypeError, ValueError):

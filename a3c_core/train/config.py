@@ -108,7 +108,7 @@ class Config:
     truncation_bootstrap: Optional[bool] = _f(None, "bootstrap from V(s_T) when an episode is cut by a time limit (default: false for doom, where the scenario timeout is part of the task and bootstrapping it drives V to the endless living penalty; true for gymnasium/Atari time limits)")
     optimizer: str = _f("adam", "shared optimizer: adam (shared moments and step; learns doom:basic fastest here), rmsprop (A3C paper, shared statistics) or sgd")
     lr: float = _f(0.0, "learning rate, in [0, 1] (0 = the default: rmsprop 7e-4, sgd 1e-3, adam 1e-4 for image networks and 3e-4 for the vector ones, mlp and mlp-lstm)")
-    lr_anneal: bool = _f(False, "anneal the learning rate linearly to 0 over total_steps (rmsprop)")
+    lr_anneal: bool = _f(False, "anneal the learning rate linearly to 0 over total_steps (rmsprop, adam; as in the A3C paper)")
     rmsprop_alpha: float = _f(0.99, "RMSProp decay of the shared squared-gradient statistics, in [0, 1)")
     rmsprop_eps: float = _f(0.1, "RMSProp epsilon (inside the square root, as in the paper), > 0")
     adam_beta1: float = _f(0.9, "Adam beta1, in [0, 1)")

@@ -321,7 +321,8 @@ class Trainer:
                         anneal_steps=c.total_steps if c.lr_anneal else 0)
         if c.optimizer == "adam":
             return dict(lr=lr, beta1=c.adam_beta1, beta2=c.adam_beta2, eps=c.adam_eps,
-                        clip_relative=c.adam_clip_relative, amsgrad=c.amsgrad(self.spec_name))
+                        clip_relative=c.adam_clip_relative, amsgrad=c.amsgrad(self.spec_name),
+                        anneal_steps=c.total_steps if c.lr_anneal else 0)
         return dict(lr=lr)
 
     def _settings(self) -> RolloutSettings:
