@@ -19,6 +19,17 @@ from a3c_core.train.trainer import StopSignal, _signals_as_exceptions
 pytestmark = pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
                                 reason="signal handlers need the main thread")
 
+
+
+@pytest.fixture(autouse=True)
+def _default_sigint():
+    """Each test starts from Python's own SIGINT handler, as in a terminal,
+    even when the runner was started with SIGINT ignored (``nohup``, ``&``)."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 _CMP = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int))
 
 

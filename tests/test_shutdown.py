@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from a3c_core.checkpoint import load_checkpoint
+from a3c_core.checkpoint import find_resume_checkpoint, load_checkpoint
 from proc_util import children_of, start_cli, wait_for_file, wait_gone
 
 pytest.importorskip("vizdoom")
@@ -82,14 +82,18 @@ def test_sigkill_then_resume_loses_at_most_one_interval(tmp_path):
     assert t_kill - os.stat(latest).st_mtime < 2.0 + 1.5
     steps0, eps0 = ck.meta["counters"]["steps"], ck.meta["counters"]["episodes"]
     assert steps0 > 0
+    # resume takes the newest valid checkpoint: latest.npz, or best.npz when a
+    # new best was written after the last interval checkpoint
+    newest = find_resume_checkpoint(run)
+    assert newest.steps >= steps0
 
-    proc = start_cli(["train", "--resume", run, "--total-steps", str(steps0 + 600), "--quiet"],
+    proc = start_cli(["train", "--resume", run, "--total-steps", str(newest.steps + 600), "--quiet"],
                      cwd=tmp_path)
     out = _finish(proc, timeout=120)
     assert proc.returncode == 0, out
-    assert f"resuming from {latest}" in out
+    assert f"resuming from {newest.path}" in out
     ck2 = load_checkpoint(run)
-    assert ck2.meta["counters"]["steps"] >= steps0 + 600
+    assert ck2.meta["counters"]["steps"] >= newest.steps + 600
     assert ck2.meta["counters"]["resumes"] == 1
     # the reward normalizer's statistics were restored, then grew
     assert ck2.meta["reward_normalizer"]["count"] > ck.meta["reward_normalizer"]["count"] > 0
