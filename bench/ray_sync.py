@@ -20,7 +20,11 @@ parameter server, all shards together).
 (2 nodes x 1 worker on the 2-node cluster), one after the other in this one
 invocation, each for ``--seconds`` of training with the same config and seed.
 Reports steps/s of each, the ratio, and the seconds until the 100-episode
-average raw reward first reached ``--target`` (from each run's metrics.csv).
+average raw reward first reached ``--target`` (from each run's metrics.csv);
+then the ratio in matching phases (:func:`phase_ratios`: while both still
+learn, and once both have converged), since the run that converges later
+spends more of its time in long, faster episodes and its whole-run ratio
+reads high.
 The Ray clock starts when the node actors are ready (as the single run's
 starts after its kernels are loaded).
 """
@@ -161,11 +165,16 @@ def cmd_compare(args):
     s, r = results["single_2_threads"], results["ray_2_nodes_x_1"]
     ratio = r["steps_per_s"] / s["steps_per_s"]
     results["throughput_ratio"] = ratio
+    results["phases"] = phases = phase_ratios(single_dir, ray_dir, s["seconds_to_target"],
+                                              r["seconds_to_target"], s["seconds"])
     print(f"\nsingle process, 2 threads : {s['steps_per_s']:7.0f} steps/s, avg100 >= {args.target:g} "
           f"at {s['seconds_to_target']} s")
     print(f"Ray, 2 nodes x 1 worker   : {r['steps_per_s']:7.0f} steps/s, avg100 >= {args.target:g} "
           f"at {r['seconds_to_target']} s, sync {r['ray']['sync_ms_mean']:.1f} ms/round")
     print(f"throughput ratio Ray/single: {ratio:.3f}  (goal >= 0.85); runs in {out_dir}")
+    for ph in phases:
+        print(f"  {ph['phase']:>9} [{ph['lo']:.0f}, {ph['hi']:.0f}) s: single {ph['single']:7.0f}, "
+              f"Ray {ph['ray']:7.0f} steps/s, ratio {ph['ratio']:.3f}")
     _write(args, "ray_compare", {"results": results, "machine": _machine(), "args": vars(args)})
 
 
@@ -173,6 +182,43 @@ def _summary(res, run_dir, target):
     return {"status": res.status, "steps": res.steps, "seconds": round(res.seconds, 2),
             "steps_per_s": res.steps / res.seconds, "episodes": res.episodes,
             "final_avg100": res.moving_avg, "seconds_to_target": _time_to(run_dir, target)}
+
+
+def step_rate(run_dir, lo, hi):
+    """Agent steps per second over wall seconds ``[lo, hi)`` of a run, from
+    the ``(wall_time, step)`` pairs of its ``metrics.csv`` rows (first and
+    last row inside the window); None when the window holds < 2 times."""
+    pts = {}
+    with open(os.path.join(run_dir, "metrics.csv"), newline="") as fh:
+        for row in csv.DictReader(fh):
+            t = float(row["wall_time"])
+            if lo <= t < hi:
+                pts[t] = max(pts.get(t, 0), int(float(row["step"])))
+    if len(pts) < 2:
+        return None
+    t0, t1 = min(pts), max(pts)
+    return (pts[t1] - pts[t0]) / (t1 - t0)
+
+
+def phase_ratios(single_dir, ray_dir, t_single, t_ray, seconds, warm=5.0, settle=10.0):
+    """Throughput of the two runs compared in matching phases, because a
+    run's steps/s depends on its agent (doom:basic: long episodes while it
+    learns, ~6-step ones once it is good) and the run that learns later
+    spends more of its time in the faster phase.  ``learning``: from
+    ``warm`` s to the first crossing of either run; ``converged``: from
+    ``settle`` s after the later crossing to the end.  A phase is left out
+    when a run never crossed or the window is under 10 s."""
+    out = []
+    if t_single is None or t_ray is None:
+        return out
+    for phase, lo, hi in (("learning", warm, min(t_single, t_ray)),
+                          ("converged", max(t_single, t_ray) + settle, seconds)):
+        if hi - lo < 10.0:
+            continue
+        a, b = step_rate(single_dir, lo, hi), step_rate(ray_dir, lo, hi)
+        if a and b:
+            out.append({"phase": phase, "lo": lo, "hi": hi, "single": a, "ray": b, "ratio": b / a})
+    return out
 
 
 def _time_to(run_dir, target):

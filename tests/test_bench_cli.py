@@ -223,3 +223,41 @@ def test_trace_updates_burst_statistics():
     assert by[(1e-3, 1e-2)] == (1, 100.0, 1.0)
     assert by[(1e-2, 0.1)] == (1, 1.0, 0.0)
     assert by[(0.1, 1.01)] == (6, 1.0, 0.0)
+
+
+def test_ray_compare_phase_ratios_on_known_runs(tmp_path):
+    """bench/ray_sync.py's phase-matched throughput on two hand-made
+    metrics.csv: 'single' steps 100/s then 50/s after 40 s; 'ray' 90/s then
+    40/s after 60 s.  Whole-run rates flatter the later learner; phases don't."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.spec_from_file_location(
+        "ray_sync", os.path.join(os.path.dirname(__file__), "..", "bench", "ray_sync.py"))
+    rs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rs)
+
+    def write(name, fast, slow, t_cross):
+        d = tmp_path / name
+        d.mkdir()
+        step = 0
+        with open(d / "metrics.csv", "w") as fh:
+            fh.write("wall_time,step,name,value\n")
+            for t in range(0, 101):
+                fh.write(f"{t},{step},charts/sps,0\n")
+                fh.write(f"{t},{step},losses/grad_norm,1\n")
+                step += fast if t < t_cross else slow
+        return str(d)
+
+    a, b = write("single", 100, 50, 40), write("ray", 90, 40, 60)
+    assert rs.step_rate(a, 5, 40) == pytest.approx(100.0)
+    assert rs.step_rate(b, 70, 100) == pytest.approx(40.0)
+    assert rs.step_rate(a, 200, 300) is None
+    ph = rs.phase_ratios(a, b, 40.0, 60.0, 100.0)
+    assert [p["phase"] for p in ph] == ["learning", "converged"]
+    assert ph[0]["lo"] == 5.0 and ph[0]["hi"] == 40.0 and ph[0]["ratio"] == pytest.approx(0.9)
+    assert ph[1]["lo"] == 70.0 and ph[1]["ratio"] == pytest.approx(40.0 / 50.0)
+    assert rs.phase_ratios(a, b, None, 60.0, 100.0) == []
+    # a window under 10 s is left out
+    assert [p["phase"] for p in rs.phase_ratios(a, b, 40.0, 95.0, 100.0)] == ["learning"]
+    assert rs.phase_ratios(a, b, 12.0, 95.0, 100.0) == []
