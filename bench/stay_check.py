@@ -7,7 +7,9 @@ time, agent step, episode), the lowest 1,000-episode average after that
 (over windows that still hold episodes from before the crossing, and over
 windows that lie entirely after it), the lowest 100-episode average after
 it, the final and best 1,000-episode averages, and how many episodes after
-the crossing end with the 1,000-episode average below ``--floor``.  These
+the crossing end with the 1,000-episode average below ``--floor``, and the
+dips: separate stretches after the crossing in which the 100-episode average
+is below ``--dip`` (how many, their lowest points and agent steps).  These
 are the figures of bench/RESULTS.md's "stay learned" tables.
 """
 from __future__ import annotations
@@ -33,6 +35,8 @@ def main(argv=None):
     p.add_argument("run_dir")
     p.add_argument("--threshold", type=float, default=75.0)
     p.add_argument("--floor", type=float, default=70.0)
+    p.add_argument("--dip", type=float, default=50.0,
+                   help="a dip: a stretch after the crossing with avg100 below this (default 50)")
     a = p.parse_args(argv)
     path = os.path.join(a.run_dir, "episodes.csv")
     if not os.path.isfile(path):
@@ -65,7 +69,28 @@ def main(argv=None):
     below = np.flatnonzero(a1000[i:] < a.floor)
     first = f", the first at {t[i + below[0]]:.1f} s" if below.size else ""
     print(f"  episodes after the crossing with avg1000 < {a.floor}: {below.size}{first}")
+    dips = dip_stretches(a100[i:], a.dip)
+    post = step[-1] - step[i]
+    desc = "; ".join(f"{a100[i + lo:i + hi].min():.1f} at step {step[i + lo + int(np.argmin(a100[i + lo:i + hi]))]}"
+                     for lo, hi in dips)
+    print(f"  dips (avg100 < {a.dip}) after the crossing: {len(dips)} in {post} steps"
+          + (f": {desc}" if dips else ""))
     return 0
+
+
+def dip_stretches(x, level, merge=100):
+    """``[(lo, hi), ...]``: the maximal index runs with ``x < level``, runs
+    fewer than ``merge`` indices apart joined into one (an average that
+    wavers around ``level`` is one dip, not several)."""
+    below = np.concatenate(([False], np.asarray(x) < level, [False]))
+    edges = np.flatnonzero(np.diff(below.astype(np.int8)))
+    out = []
+    for lo, hi in zip(edges[::2].tolist(), edges[1::2].tolist()):
+        if out and lo - out[-1][1] < merge:
+            out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
 
 
 if __name__ == "__main__":

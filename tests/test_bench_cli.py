@@ -107,6 +107,13 @@ def test_stay_check_on_a_known_run(tmp_path, capsys):
     assert "over windows entirely after it: 66.00" in out
     assert "final avg100 80.00, avg1000 66.00" in out
     assert "min avg100 after the crossing: -60.00" in out        # 50 x -200 + 50 x 80
+    # one dip: avg100 < 50 from the 17th -200 (17 x -200 + 83 x 80 = -0.4 ... ) until
+    # fewer than 11 of the last 100 are -200; its lowest point is the 50th -200
+    assert "dips (avg100 < 50.0) after the crossing: 1 in 14020 steps: -60.0 at step 10500" in out
+    assert sc.dip_stretches(np.array([60, 40, 40, 60, 30, 60]), 50, merge=1) == [(1, 3), (4, 5)]
+    assert sc.dip_stretches(np.array([60, 40, 40, 60, 30, 60]), 50) == [(1, 5)]
+    assert sc.dip_stretches(np.array([40, 60]), 50) == [(0, 1)]
+    assert sc.dip_stretches(np.array([60.0]), 50) == []
     np.testing.assert_allclose(sc.trailing_mean(np.array([1.0, 3.0, 5.0]), 2), [1, 2, 4])
     with pytest.raises(SystemExit):
         sc.main([str(tmp_path / "missing")])
