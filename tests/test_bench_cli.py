@@ -268,3 +268,27 @@ def test_ray_compare_phase_ratios_on_known_runs(tmp_path):
     # a window under 10 s is left out
     assert [p["phase"] for p in rs.phase_ratios(a, b, 40.0, 95.0, 100.0)] == ["learning"]
     assert rs.phase_ratios(a, b, 12.0, 95.0, 100.0) == []
+
+
+def test_learner_parts_runs_and_restores_the_layers(capsys):
+    """bench/learner_parts.py: every part and every layer method of the
+    backward gets a line, and the layer classes are unwrapped afterwards."""
+    import importlib.util
+    import os
+
+    from a3c_core.nn import layers as L
+
+    spec = importlib.util.spec_from_file_location(
+        "learner_parts", os.path.join(os.path.dirname(__file__), "..", "bench", "learner_parts.py"))
+    lp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lp)
+    before = {(c, m): vars(c)[m] for c in (L.Conv2d, L.Dense, L.LSTM, L.Heads)
+              for m in ("prepare_backward", "backward", "forward_loss") if m in vars(c)}
+    assert lp.main(["--t-max", "3", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    for part in ("3 recorded steps", "rollout_grad:", "fused tail", "per agent step"):
+        assert part in out
+    for name in ("conv1.backward", "conv1.prepare_backward", "conv2.backward", "fc.backward",
+                 "lstm.backward", "heads.forward_loss"):
+        assert name in out, name
+    assert all(vars(c)[m] is f for (c, m), f in before.items())

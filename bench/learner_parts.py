@@ -1,0 +1,113 @@
+"""Where one worker's learner time goes, part by part (doom-lstm by default).
+
+    python bench/learner_parts.py [--spec doom-lstm] [--t-max 20] [--repeat 30]
+
+Times, each alone in a loop (median of ``--repeat`` after two warm-up calls,
+one BLAS thread): ``T`` recorded steps (``Network.step(record=True)``), the
+backward-only update (``Network.rollout_grad``) and the fused tail (norm pass,
+then Adam with the clip folded in, writing the worker's local copy:
+``SharedState.apply(sync_to=)``), and their sum per agent step, which is what
+``a3c bench``'s ``learner us/agent step`` row measures with the paths
+interleaved.  Then the backward by layer (``prepare_backward``,
+``backward`` and the heads' fused ``forward_loss``), timed by wrapping each
+layer method.  Never run it beside a training run.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+
+
+def median_us(fn, repeat):
+    fn()
+    fn()
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts) * 1e6
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--spec", default="doom-lstm")
+    ap.add_argument("--t-max", type=int, default=20)
+    ap.add_argument("--repeat", type=int, default=30)
+    a = ap.parse_args(argv)
+
+    import threadpoolctl
+
+    from a3c_core import core
+    from a3c_core.bench import _rollout
+    from a3c_core.nn import layers as L
+    from a3c_core.nn.network import build_network
+
+    with threadpoolctl.threadpool_limits(1):
+        return _run(a, core, _rollout, L, build_network)
+
+
+def _run(a, core, _rollout, L, build_network):
+    net = build_network(a.spec)
+    T = a.t_max
+    obs, actions, returns, adv = _rollout(net, T, np.random.default_rng(1))
+    s0 = net.initial_state()
+    shared = core.SharedState(net.params, core.Adam(net.n_params, lr=1e-4))
+
+    def steps():
+        net.begin_rollout(T)
+        s = s0
+        for t in range(T):
+            _, _, s = net.step(obs[t], s, record=True)
+
+    def backward():
+        net.rollout_grad(actions, returns, adv, value_coef=0.5, entropy_beta=0.01)
+
+    def tail():
+        shared.apply(net.grads, 40.0, sync_to=net.params)
+
+    steps()
+    parts = {f"{T} recorded steps": median_us(steps, a.repeat),
+             "rollout_grad": median_us(backward, a.repeat),
+             "fused tail": median_us(tail, a.repeat)}
+    for k, v in parts.items():
+        print(f"{k:>20}: {v:8.0f} us")
+    print(f"{'per agent step':>20}: {sum(parts.values()) / T:8.1f} us")
+
+    spent = {}
+
+    def wrap(cls, meth):
+        f = getattr(cls, meth)
+
+        def timed(self, *args, **kw):
+            t0 = time.perf_counter()
+            try:
+                return f(self, *args, **kw)
+            finally:
+                key = (getattr(self, "name", cls.__name__.lower()), meth)
+                spent[key] = spent.get(key, 0.0) + time.perf_counter() - t0
+        setattr(cls, meth, timed)
+
+    saved = [(cls, meth, vars(cls)[meth]) for cls in (L.Conv2d, L.Dense, L.LSTM, L.Heads)
+             for meth in ("prepare_backward", "backward", "forward_loss") if meth in vars(cls)]
+    try:
+        for cls, meth, _ in saved:
+            wrap(cls, meth)
+        steps()
+        for _ in range(a.repeat):
+            backward()
+    finally:        # the layer classes as they were (this may run inside a test process)
+        for cls, meth, f in saved:
+            setattr(cls, meth, f)
+    print("rollout_grad by layer:")
+    for (name, meth), sec in sorted(spent.items(), key=lambda kv: -kv[1]):
+        print(f"{name + '.' + meth:>28}: {sec / a.repeat * 1e6:8.0f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
