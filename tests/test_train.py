@@ -269,3 +269,27 @@ def test_resume_with_mismatched_env_is_refused_and_keeps_checkpoint(tmp_path, ca
     err = capsys.readouterr().err
     assert "checkpoint" in err and ("parameters" in err or "Acrobot" in err)
     assert open(path, "rb").read() == before
+
+
+def test_resume_with_a_larger_budget_anneals_over_it(tmp_path):
+    """--lr-anneal decays over the config's total_steps: a run resumed with a
+    larger --total-steps anneals over the new budget (its learning rate is
+    not stuck at 0 past the old one), and one resumed without the anneal
+    trains at the constant rate; the step count comes from the checkpoint."""
+    run = str(tmp_path / "run")
+    base = ["--env", "CartPole-v1", "--workers", "1", "--quiet", "--no-tensorboard"]
+    assert main(["train", *base, "--total-steps", "200", "--lr-anneal", "--run-dir", run]) == 0
+    ck = load_checkpoint(run)
+    assert ck.meta["optimizer_scalars"]["anneal_steps"] == 200
+    assert ck.meta["counters"]["steps"] >= 200          # lr is 0 from here on at 200
+    assert main(["train", "--resume", run, "--total-steps", "1000", "--quiet"]) == 0
+    ck2 = load_checkpoint(run)
+    assert ck2.meta["optimizer_scalars"]["anneal_steps"] == 1000
+    assert ck2.meta["optimizer_scalars"]["step"] > ck.meta["optimizer_scalars"]["step"]
+    assert not np.array_equal(ck2.params, ck.params)   # lr > 0 again: the weights moved
+    params_before = ck2.params.copy()
+    assert main(["train", "--resume", run, "--total-steps", "1200", "--no-lr-anneal",
+                 "--quiet"]) == 0
+    ck3 = load_checkpoint(run)
+    assert ck3.meta["optimizer_scalars"]["anneal_steps"] == 0
+    assert not np.array_equal(ck3.params, params_before)   # lr > 0: the weights moved

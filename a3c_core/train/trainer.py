@@ -343,10 +343,14 @@ class Trainer:
                 f"the config asks for {self.cfg.optimizer!r}"
             )
         # statistics and step counts come from the checkpoint; hyperparameters
-        # (lr, alpha, eps, betas) from the config, so a resume may change them
+        # (lr, alpha, eps, betas) from the config, so a resume may change them.
+        # So does the anneal horizon: --lr-anneal decays over the config's
+        # total_steps, and a run resumed with a larger --total-steps anneals
+        # over the new budget instead of sitting at lr 0 past the old one
         opt = self.shared.optimizer
+        owned = set(getattr(opt, "_hyper", ())) | {"anneal_steps"}
         opt_state = {k: v for k, v in ckpt.meta.get("optimizer_scalars", {}).items()
-                     if k not in getattr(opt, "_hyper", ())}
+                     if k not in owned}
         opt_state.update(ckpt.opt_arrays)
         counters = ckpt.meta.get("counters", {})
         try:
