@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 from dataclasses import MISSING, fields
 
 
@@ -53,10 +56,11 @@ def cmd_train(args):
 
 
 def _cmd_train(args):
-    from a3c_core import checkpoint as ck
-    from a3c_core.checkpoint import CheckpointError
-    from a3c_core.train.config import Config, ConfigError, fields as _fields
-    from a3c_core.train.trainer import Trainer, TrainingError
+    with held_sigint():     # the trainer's imports load numba's and llvmlite's C extensions
+        from a3c_core import checkpoint as ck
+        from a3c_core.checkpoint import CheckpointError
+        from a3c_core.train.config import Config, ConfigError, fields as _fields
+        from a3c_core.train.trainer import Trainer, TrainingError
 
     try:
         if args.resume:
@@ -213,9 +217,35 @@ def build_parser():
     return p
 
 
+@contextlib.contextmanager
+def held_sigint():
+    """Record a SIGINT inside the block instead of raising it, and raise it as
+    KeyboardInterrupt when the block ends (main thread only; elsewhere a no-op).
+
+    For imports of C extensions: a KeyboardInterrupt raised while one
+    initialises comes out as an ImportError with a traceback (numpy's core:
+    'PyCapsule_Import could not import module "datetime"'), not as the
+    Ctrl-C the command exits 130 for.  The handler that was installed
+    (Python's own, or SIG_IGN under ``nohup``) is put back.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = []
+    old = signal.signal(signal.SIGINT, lambda signum, frame: fired.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if fired and old is not signal.SIG_IGN:
+        raise KeyboardInterrupt
+
+
 def main(argv=None):
     """The ``a3c`` command; a Ctrl-C anywhere outside a run exits 130 without a traceback."""
     try:
+        with held_sigint():
+            import numpy  # noqa: F401  - every command needs it; see held_sigint
         return _main(argv)
     except KeyboardInterrupt:
         print("\na3c: interrupted", file=sys.stderr)

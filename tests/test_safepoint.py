@@ -114,3 +114,26 @@ def test_outside_a_run_nothing_is_deferred_or_raised():
         safe_point()
     sigs.check()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_held_sigint_raises_once_the_block_ends_and_restores_the_handler():
+    """cli.held_sigint (the CLI's C-extension imports): a SIGINT inside the
+    block lets the block finish, then comes out as KeyboardInterrupt; the
+    handler it found is back; under SIG_IGN the signal stays ignored."""
+    from a3c_core.cli import held_sigint
+
+    finished = []
+    with pytest.raises(KeyboardInterrupt):
+        with held_sigint():
+            os.kill(os.getpid(), signal.SIGINT)
+            sum(range(1000))  # bytecode for the pending handler to run in
+            finished.append(1)
+    assert finished == [1]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with held_sigint():   # nothing came: nothing raised
+        pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with held_sigint():
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(1000))
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
