@@ -17,6 +17,9 @@ raises it at a safe point: :func:`safe_point`, called between the phases of
 the warm-up and while it waits for the compile helper, and the start of every
 Numba compile in the main thread (before anything of it is built).  The
 latency is the compile in progress: up to a few seconds.
+
+:func:`held_sigint` does the same for the CLI's imports of C extensions
+(numpy, numba), where a raised KeyboardInterrupt becomes an ImportError.
 """
 from __future__ import annotations
 
@@ -108,3 +111,29 @@ class deferred_sigint:
         if exc[0] is None:
             self.check()
         return False
+
+
+@contextlib.contextmanager
+def held_sigint():
+    """Record a SIGINT inside the block instead of raising it, and raise it as
+    KeyboardInterrupt when the block ends (main thread only; elsewhere a no-op).
+
+    For imports of C extensions: a KeyboardInterrupt raised while one
+    initialises comes out as an ImportError with a traceback (numpy's core:
+    'PyCapsule_Import could not import module "datetime"'), not as the
+    Ctrl-C the command exits 130 for.  The handler that was installed
+    (Python's own, or SIG_IGN under ``nohup``) is put back.
+    """
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = []
+    old = signal.signal(signal.SIGINT, lambda signum, frame: fired.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if fired and old is not signal.SIG_IGN:
+        raise KeyboardInterrupt

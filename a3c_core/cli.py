@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
 import sys
-import threading
 from dataclasses import MISSING, fields
+
+from a3c_core._safepoint import held_sigint
 
 
 def _field_help(f, default) -> str:
@@ -215,30 +214,6 @@ def build_parser():
     sub.add_parser("bench", help="measure kernel, step, update, env and end-to-end throughput (a3c bench --help)",
                    add_help=False)
     return p
-
-
-@contextlib.contextmanager
-def held_sigint():
-    """Record a SIGINT inside the block instead of raising it, and raise it as
-    KeyboardInterrupt when the block ends (main thread only; elsewhere a no-op).
-
-    For imports of C extensions: a KeyboardInterrupt raised while one
-    initialises comes out as an ImportError with a traceback (numpy's core:
-    'PyCapsule_Import could not import module "datetime"'), not as the
-    Ctrl-C the command exits 130 for.  The handler that was installed
-    (Python's own, or SIG_IGN under ``nohup``) is put back.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    fired = []
-    old = signal.signal(signal.SIGINT, lambda signum, frame: fired.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, old)
-    if fired and old is not signal.SIG_IGN:
-        raise KeyboardInterrupt
 
 
 def main(argv=None):

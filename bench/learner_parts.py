@@ -20,6 +20,12 @@ import sys
 import time
 
 import numpy as np
+import threadpoolctl
+
+from a3c_core import core
+from a3c_core.bench import _rollout
+from a3c_core.nn import layers as L
+from a3c_core.nn.network import build_network
 
 
 def median_us(fn, repeat):
@@ -39,19 +45,11 @@ def main(argv=None):
     ap.add_argument("--t-max", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=30)
     a = ap.parse_args(argv)
-
-    import threadpoolctl
-
-    from a3c_core import core
-    from a3c_core.bench import _rollout
-    from a3c_core.nn import layers as L
-    from a3c_core.nn.network import build_network
-
     with threadpoolctl.threadpool_limits(1):
-        return _run(a, core, _rollout, L, build_network)
+        return _run(a)
 
 
-def _run(a, core, _rollout, L, build_network):
+def _run(a):
     net = build_network(a.spec)
     T = a.t_max
     obs, actions, returns, adv = _rollout(net, T, np.random.default_rng(1))

@@ -7,7 +7,7 @@ session, polls its ``/proc/PID/maps`` until numpy's ``_multiarray_umath`` is
 mapped (polling 0-3 ms apart, varied per start, so the signal lands at
 different points of the import), sends SIGINT to the process group and
 counts the outcomes by (exit code, traceback in the output).  Every start
-should give ``(130, False)``: before ``cli.held_sigint`` about 1 start in 40
+should give ``(130, False)``: before ``_safepoint.held_sigint`` about 1 start in 40
 died with numpy's ImportError ('PyCapsule_Import could not import module
 "datetime"'), the KeyboardInterrupt raised inside its module init.  Linux
 only (``/proc``).

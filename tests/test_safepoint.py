@@ -117,10 +117,10 @@ def test_outside_a_run_nothing_is_deferred_or_raised():
 
 
 def test_held_sigint_raises_once_the_block_ends_and_restores_the_handler():
-    """cli.held_sigint (the CLI's C-extension imports): a SIGINT inside the
+    """_safepoint.held_sigint (the CLI's C-extension imports): a SIGINT inside the
     block lets the block finish, then comes out as KeyboardInterrupt; the
     handler it found is back; under SIG_IGN the signal stays ignored."""
-    from a3c_core.cli import held_sigint
+    from a3c_core._safepoint import held_sigint
 
     finished = []
     with pytest.raises(KeyboardInterrupt):
