@@ -167,9 +167,12 @@ def add_arguments(p):
 def run_compile(args) -> int:
     cache_env = os.environ.get("NUMBA_CACHE_DIR")
     t0 = time.perf_counter()
+    from a3c_core._safepoint import held_sigint
+
     try:
-        import a3c_core.nn.network  # noqa: F401  (decorating the kernels needs a cache directory)
-        import a3c_core.sampling  # noqa: F401
+        with held_sigint():     # numba's and llvmlite's C extensions load here
+            import a3c_core.nn.network  # noqa: F401  (decorating the kernels needs a cache directory)
+            import a3c_core.sampling  # noqa: F401
     except RuntimeError as e:  # numba: "cannot cache function ...: no locator available"
         print(f"a3c compile: error: {e}\nNo writable cache directory: set NUMBA_CACHE_DIR to a "
               f"writable directory, or run a3c compile where the install is writable.", file=sys.stderr)

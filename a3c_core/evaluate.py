@@ -81,11 +81,13 @@ def write_gif(path, frames, step_seconds) -> dict:
 
 
 def run_eval(args) -> int:
-    from a3c_core._safepoint import deferred_sigint
-    from a3c_core.checkpoint import CheckpointError
-    from a3c_core.envs import make_env
-    from a3c_core.obs import ObservationError
-    from a3c_core.policy import Policy
+    from a3c_core._safepoint import deferred_sigint, held_sigint
+
+    with held_sigint():     # the policy's imports load numba's and llvmlite's C extensions
+        from a3c_core.checkpoint import CheckpointError
+        from a3c_core.envs import make_env
+        from a3c_core.obs import ObservationError
+        from a3c_core.policy import Policy
 
     env = None
     try:

@@ -1,6 +1,7 @@
 """Training throughput once the agent is good (short episodes), per rollout mode.
 
     python bench/converged_throughput.py RUN_DIR [--workers 2] [--seconds 10] [--repeats 3]
+        [--modes default,cross,min:10]
 
 RUN_DIR is a trained run (e.g. ``a3c train --target-reward 75 --run-dir runs/basic``):
 each measurement copies it to a temporary directory and resumes from its
@@ -11,7 +12,12 @@ trained policy and its short episodes.  Modes, measured in turn (``default``,
 * ``default``: a rollout ends with its episode (the A3C paper's worker);
 * ``cross``: ``--cross-episode``: every rollout has ``t_max`` steps and runs
   on into the next episode, so an update's fixed costs are paid once per
-  ``t_max`` steps.
+  ``t_max`` steps;
+* ``min:K``: ``--min-rollout K``: a rollout runs on into the next episode
+  until it holds K steps, then ends at the next episode end (or ``t_max``).
+
+Every mode sets both options (``default`` is ``--min-rollout 0`` without
+``--cross-episode``), whatever the run was trained with.
 
 Each measurement: start, wait ``--warmup`` s, then count agent steps and
 episodes over ``--seconds``.  Prints one line per measurement and a table of
@@ -47,7 +53,8 @@ def measure(run_dir, mode, workers, seconds, warmup):
         # time; the measurement stops it through stop_event
         fields.update(workers=workers, total_steps=0, total_seconds=0.0,
                       run_dir=dst, quiet=True, tensorboard=False, checkpoint_interval=0.0,
-                      cross_episode=(mode == "cross"), target_reward=None)
+                      cross_episode=(mode == "cross"), target_reward=None,
+                      min_rollout=int(mode[4:]) if mode.startswith("min:") else 0)
         cfg = Config(**fields)
         tr = Trainer(cfg, resume=dst, out=io.StringIO())
         err = []
@@ -95,9 +102,10 @@ def main(argv=None):
     if not os.path.isdir(a.run_dir):
         p.error(f"run directory not found: {a.run_dir}")
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
-    bad = [m for m in modes if m not in ("default", "cross")]
+    bad = [m for m in modes if m not in ("default", "cross")
+           and not (m.startswith("min:") and m[4:].isdigit())]
     if bad:
-        p.error(f"unknown mode(s) {bad}; choose from default, cross")
+        p.error(f"unknown mode(s) {bad}; choose from default, cross, min:K (K an integer)")
     rows = []
     for rep in range(a.repeats):
         for m in modes:
@@ -113,12 +121,15 @@ def main(argv=None):
         v = [r["steps_per_s"] for r in rows if r["mode"] == m]
         le = statistics.median(r["mean_episode_steps"] for r in rows if r["mode"] == m)
         print(f"| {m} | {statistics.median(v):,.0f} | {min(v):,.0f} | {max(v):,.0f} | {le:.1f} |")
-    if set(modes) == {"default", "cross"}:
-        ratios = [c["steps_per_s"] / d["steps_per_s"]
-                  for d, c in zip([r for r in rows if r["mode"] == "default"],
-                                  [r for r in rows if r["mode"] == "cross"])]
-        print(f"\ncross/default per pair: {', '.join(f'{x:.2f}' for x in ratios)}; "
-              f"median {statistics.median(ratios):.2f}")
+    if "default" in modes:
+        base = [r for r in rows if r["mode"] == "default"]
+        for m in modes:
+            if m == "default":
+                continue
+            ratios = [c["steps_per_s"] / d["steps_per_s"]
+                      for d, c in zip(base, [r for r in rows if r["mode"] == m])]
+            print(f"\n{m}/default per pair: {', '.join(f'{x:.2f}' for x in ratios)}; "
+                  f"median {statistics.median(ratios):.2f}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"workers": a.workers, "seconds": a.seconds, "rows": rows}, f, indent=1)

@@ -93,6 +93,9 @@ def test_net_kwargs_honour_or_reject_spec_fields():
         ("lstm_size", 0),
         ("env", " "),
         ("max_skipped_updates", -1),
+        ("min_rollout", -1),
+        ("min_rollout", 21),          # > t_max (20)
+        ("min_rollout", 2.5),
     ],
 )
 def test_bad_values_name_the_field(field, value):

@@ -280,13 +280,16 @@ class _ScaleSpyStore(RecordingStore):
         return 1.0
 
 
-def _cross_worker(env, t_max, *, spec="mlp", gamma=0.5, reward_scale=1.0, boot_trunc=True):
+def _cross_worker(env, t_max, *, spec="mlp", gamma=0.5, reward_scale=1.0, boot_trunc=True,
+                  min_steps=None):
+    """cross_episode=True, or min_steps=K (cross_episode off) when given."""
     kw = {"hidden": (8,)} if spec == "mlp" else {"hidden": (8,), "lstm_size": 4}
     net = SpyNet(build_network(spec, (2,), 2, seed=0, **kw))
     pipe = ObsPipeline({"kind": "vector"}, env.obs_shape)
     store = _ScaleSpyStore(net.n_params)
     s = RolloutSettings(t_max=t_max, gamma=gamma, gae_lambda=1.0, reward_scale=reward_scale,
-                        bootstrap_truncated=boot_trunc, cross_episode=True)
+                        bootstrap_truncated=boot_trunc, cross_episode=min_steps is None,
+                        min_steps=min_steps or 0)
     return Worker(0, env, net, pipe, store, s, np.random.default_rng(0)), net, store
 
 
@@ -342,6 +345,48 @@ def test_cross_episode_running_returns_restart_at_each_episode():
     w.rollout()
     # episode 1 goes on from its carried 2.5: 0.5 * 2.5 + 3; then episode 2: 1, 2.5, 4.25, 1
     np.testing.assert_allclose(store.scale_calls[1], [4.25, 1, 2.5, 4.25, 1])
+
+
+def test_min_rollout_runs_on_into_the_next_episode_until_it_holds_min_steps():
+    env = ScriptedEnv([1.0, 2.0, 3.0])
+    w, net, store = _cross_worker(env, t_max=10, min_steps=5)
+    n, term, trunc, applied = w.rollout()
+    # episode 0 ends after 3 steps (< 5: run on), episode 1 after 6 (>= 5: stop there)
+    assert (n, term, trunc, applied) == (6, True, False, True)
+    np.testing.assert_allclose(net.calls[0]["returns"], [2.75, 3.5, 3.0] * 2, rtol=1e-6)
+    np.testing.assert_array_equal(net.calls[0]["obs"][:, 0], [0, 0, 0, 1, 1, 1])
+    np.testing.assert_array_equal(net.calls[0]["obs"][:, 1], [0, 1, 2, 0, 1, 2])
+    assert store.episodes == [(6.0, 3)] * 2 and store.steps == 6
+    w.rollout()           # the next rollout starts with episode 2's first observation
+    np.testing.assert_array_equal(net.calls[1]["obs"][:, 0], [2, 2, 2, 3, 3, 3])
+    np.testing.assert_array_equal(net.calls[1]["obs"][:, 1], [0, 1, 2, 0, 1, 2])
+    assert store.steps == 12
+
+
+def test_min_rollout_longer_episodes_end_their_rollouts_as_before():
+    """An episode longer than min_steps: cut at t_max (bootstrapped) and ended
+    at its end, exactly like the default rollouts."""
+    script = [1.0, 2.0, 3.0, 4.0, 5.0]
+    w, net, store = _cross_worker(ScriptedEnv(script), t_max=3, min_steps=2)
+    w0, net0, store0 = _cross_worker(ScriptedEnv(script), t_max=3, min_steps=1)   # the default path
+    for _ in range(4):
+        assert w.rollout() == w0.rollout()
+    for a, b in zip(net.calls, net0.calls):
+        np.testing.assert_array_equal(a["obs"], b["obs"])
+        np.testing.assert_allclose(a["returns"], b["returns"], rtol=1e-6)
+    assert store.episodes == store0.episodes and store.steps == store0.steps == 10
+
+
+def test_min_rollout_of_t_max_is_cross_episode():
+    a = _cross_worker(ScriptedEnv([1.0, 2.0, 3.0]), t_max=5, min_steps=5, reward_scale=None)
+    b = _cross_worker(ScriptedEnv([1.0, 2.0, 3.0]), t_max=5, reward_scale=None)
+    for _ in range(3):
+        assert a[0].rollout() == b[0].rollout()
+    for ca, cb in zip(a[1].calls, b[1].calls):
+        np.testing.assert_array_equal(ca["obs"], cb["obs"])
+        np.testing.assert_array_equal(ca["returns"], cb["returns"])
+    for ka, kb in zip(a[2].scale_calls, b[2].scale_calls):
+        np.testing.assert_array_equal(ka, kb)
 
 
 class _EntropyStore(RecordingStore):

@@ -88,6 +88,11 @@ class RolloutSettings:
     #: every rollout has t_max steps: an episode that ends inside it is
     #: followed by the next one (LSTM state reset, no gradient across)
     cross_episode: bool = False
+    #: > 0: a rollout that reaches an episode's end with fewer than this many
+    #: steps runs on into the next episode, as with cross_episode, and ends at
+    #: the first episode end from this many steps on (or at t_max); 0: every
+    #: rollout ends with its episode.  cross_episode is min_steps = t_max.
+    min_steps: int = 0
 
 
 class LossStats:
@@ -252,9 +257,10 @@ class Worker:
         """Collect up to ``t_max`` steps and apply one update.
 
         Returns ``(n, terminated, truncated, applied)`` (with
-        ``cross_episode``: n = t_max and the flags of the last step).
+        ``cross_episode``: n = t_max; with either it or ``min_steps``, the
+        flags are those of the rollout's last step).
         """
-        if self.s.cross_episode:
+        if self.s.cross_episode or self.s.min_steps > 1:
             return self._rollout_across()
         if not self._started:
             self.start_episode()
@@ -298,16 +304,19 @@ class Worker:
         return n, term, trunc, applied
 
     def _rollout_across(self):
-        """:meth:`rollout` with ``cross_episode``: always ``t_max`` steps.
+        """:meth:`rollout` with ``cross_episode`` (always ``t_max`` steps) or
+        ``min_steps`` (at least ``min_steps``, then up to the next episode
+        end, at most ``t_max``).
 
-        An episode that ends at step t is reported and the next one starts
-        in the same rollout (its first observation in ``obs_buf[t + 1]``, the
-        LSTM state reset: the network records the reset and its backward
-        lets no gradient across it).  Each segment gets its own bootstrap
-        value (0 after a terminal step) and its own returns and advantages;
-        one update covers them all, so an update's fixed costs (the norm and
-        apply passes over the flat arrays) are paid once per t_max steps
-        even when episodes are short.
+        An episode that ends at step t is reported and, while the rollout
+        holds fewer than ``min_steps`` steps, the next one starts in the same
+        rollout (its first observation in ``obs_buf[t + 1]``, the LSTM state
+        reset: the network records the reset and its backward lets no
+        gradient across it).  Each segment gets its own bootstrap value (0
+        after a terminal step) and its own returns and advantages; one update
+        covers them all, so an update's fixed costs (the norm and apply
+        passes over the flat arrays) are paid once per ``min_steps`` or more
+        steps even when episodes are short.
         """
         if not self._started:
             self.start_episode()
@@ -317,11 +326,13 @@ class Worker:
             self.store.pull(net.params)
         self._fresh = False
         T = s.t_max
+        k_min = T if s.cross_episode else min(s.min_steps, T)
         state = self.state
         u = self.rng.random(T)
         acc0 = self._ret_acc
         segs = []             # (start, end, bootstrap value, episode ended)
         start = 0
+        n = T
         term = trunc = False
         net.begin_rollout(T)
         for t in range(T):
@@ -342,22 +353,25 @@ class Worker:
                 start = t + 1
                 self._end_of_life(slot=t + 1)      # next episode: obs_buf[t + 1], new state
                 state = self.state
+                if t + 1 >= k_min:
+                    n = t + 1
+                    break
             else:
                 pipe(obs, obs_buf[t + 1])
-        if start < T:
-            _, boot, _ = net.step(obs_buf[T], state)
-            segs.append((start, T, float(boot), False))
+        if start < n:
+            _, boot, _ = net.step(obs_buf[n], state)
+            segs.append((start, n, float(boot), False))
         self.state = state
         self._scale_segments(segs, acc0)
-        ret = np.empty(T, np.float32)
-        adv = np.empty(T, np.float32)
+        ret = np.empty(n, np.float32)
+        adv = np.empty(n, np.float32)
         for a0, b0, boot, _ in segs:
             ret[a0:b0], adv[a0:b0] = gae(self.rewards[a0:b0], values[a0:b0], boot,
                                          s.gamma, s.gae_lambda)
-        applied = self._apply_update(T, ret, adv)
-        self.store.add_steps(T)
-        obs_buf[0] = obs_buf[T]
-        return T, term, trunc, applied
+        applied = self._apply_update(n, ret, adv)
+        self.store.add_steps(n)
+        obs_buf[0] = obs_buf[n]
+        return n, term, trunc, applied
 
     def _scale_segments(self, segs, acc0):
         """:meth:`_scale_rewards` over the segments of a cross-episode rollout
