@@ -9,7 +9,9 @@ latest checkpoint (the run itself is not changed), so the workers play the
 trained policy and its short episodes.  Modes, measured in turn (``default``,
 ``cross``, ``default``, ``cross``, ... so that machine load hits them alike):
 
-* ``default``: a rollout ends with its episode (the A3C paper's worker);
+* ``default``: ``--min-rollout 0``, a rollout ends with its episode (the A3C
+  paper's worker; the trainer's default until the eighth session of
+  2026-11-25, which made it ``--min-rollout`` t_max / 2, i.e. ``min:10``);
 * ``cross``: ``--cross-episode``: every rollout has ``t_max`` steps and runs
   on into the next episode, so an update's fixed costs are paid once per
   ``t_max`` steps;

@@ -292,3 +292,25 @@ def test_learner_parts_runs_and_restores_the_layers(capsys):
                  "lstm.backward", "heads.forward_loss"):
         assert name in out, name
     assert all(vars(c)[m] is f for (c, m), f in before.items())
+
+
+def test_gil_parts_prints_a_row_per_part(capsys):
+    """bench/gil_parts.py: one row per part, each with a finite, non-negative
+    GIL time per call (the figure itself is a benchmark, not checked here)."""
+    import importlib.util
+    import math
+    import os
+
+    pytest.importorskip("vizdoom")
+    spec = importlib.util.spec_from_file_location(
+        "gil_parts", os.path.join(os.path.dirname(__file__), "..", "bench", "gil_parts.py"))
+    gp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gp)
+    assert gp.main(["--seconds", "0.2", "--parts", "env,sample,update2"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [r[0] for r in rows] == ["env", "sample", "update2"]
+    for r in rows:
+        us = float(r[4])
+        assert math.isfinite(us) and us >= 0.0
+    with pytest.raises(SystemExit):
+        gp.main(["--parts", "update99"])

@@ -335,7 +335,7 @@ class Trainer:
             reward_scale=c.reward_scale, reward_clip=c.effective_reward_clip(),
             bootstrap_truncated=c.bootstrap_truncated(),
             normalize_advantages=c.advantages_normalized(), cross_episode=c.cross_episode,
-            min_steps=c.min_rollout)
+            min_steps=c.effective_min_rollout())
 
     def _restore(self, ckpt):
         if ckpt.meta.get("optimizer") != self.cfg.optimizer:
@@ -486,7 +486,7 @@ class Trainer:
             net = self._build_network(self.spec_name, obs_shape, self.net_spec["n_actions"],
                                       seed=self.cfg.seed, **self.net_kwargs)
             with self._signals.deferred():  # a Ctrl-C lands between compiles
-                warm_up_network(net, self.cfg.cross_episode or self.cfg.min_rollout > 1)
+                warm_up_network(net, self.cfg.effective_min_rollout() > 1)
         finally:
             notice.cancel()
 
