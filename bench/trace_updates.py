@@ -2,7 +2,10 @@
 
     python bench/trace_updates.py OUT.npz -- <a3c train arguments>
 
-Runs ``a3c train`` with the given arguments in this process, with
+Runs ``a3c train`` with the given arguments and ``--min-rollout 0`` (every
+rollout ends with its episode, so that a row holds at most one episode end;
+the trainer's default since the eighth session of 2026-11-25 lets a rollout
+run on into the next episode) in this process, with
 :class:`~a3c_core.train.worker.Worker` and
 :class:`~a3c_core.train.worker.ThreadStore` wrapped so that every update
 (applied or skipped) appends one row to an in-memory table, written to
@@ -295,6 +298,12 @@ def main(argv=None):
         print(__doc__)
         return 2
     out, train_args = argv[0], argv[2:]
+    if any(a == "--cross-episode" or a.startswith("--min-rollout") for a in train_args):
+        print("trace_updates.py: a row per update holds one episode end at most, so the trace "
+              "needs rollouts that end with their episode; it runs training with --min-rollout 0 "
+              "(drop --cross-episode / --min-rollout from the arguments)", file=sys.stderr)
+        return 2
+    train_args = train_args + ["--min-rollout", "0"]
     trace = Trace(out)
     restore = install(trace)
     from a3c_core.cli import main as a3c_main

@@ -198,6 +198,7 @@ def test_trace_updates_records_every_update(tmp_path):
     starts = np.r_[0, ended[:-1] + 1]
     rebuilt = [d["raw"][a:b + 1].sum() for a, b in zip(starts, ended)]
     np.testing.assert_allclose(rebuilt, [float(r["return"]) for r in rows])
+    assert tu.main([str(out), "--", "--env", "CartPole-v1", "--cross-episode"]) == 2
 
 
 def test_trace_updates_burst_statistics():
