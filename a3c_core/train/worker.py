@@ -30,9 +30,14 @@ One rollout (:meth:`Worker.rollout`):
 
 1. pull the global parameters (the rollout acts with fixed local params),
    unless the previous update already refreshed them (``syncs_on_apply``);
-2. play up to ``t_max`` steps: ``net.step`` -> sample -> ``env.step``;
-3. bootstrap from ``V(s_n)`` when the rollout was cut by ``t_max``, or by a
-   time limit and ``bootstrap_truncated`` is set; 0 after a terminal state;
+2. play up to ``t_max`` steps: ``net.step`` -> sample -> ``env.step``; an
+   episode that ends before the rollout holds ``min_steps`` steps is followed
+   by the next one in the same rollout (LSTM state reset; the trainer's
+   default is t_max // 2, 0 = the A3C paper's rollouts, which end with
+   their episode; ``cross_episode``: always ``t_max`` steps);
+3. bootstrap from ``V(s_n)`` when the rollout (or an episode's part of it)
+   was cut by ``t_max``, or by a time limit and ``bootstrap_truncated`` is
+   set; 0 after a terminal state;
 4. returns and GAE advantages, ``net.rollout_grad`` (the backward pass only,
    BPTT from the rollout's first LSTM state, over the activations the steps
    recorded with ``record=True``: the gradient of ``loss_and_grad`` without
