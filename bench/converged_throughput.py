@@ -10,8 +10,7 @@ trained policy and its short episodes.  Modes, measured in turn (``default``,
 ``cross``, ``default``, ``cross``, ... so that machine load hits them alike):
 
 * ``default``: ``--min-rollout 0``, a rollout ends with its episode (the A3C
-  paper's worker; the trainer's default until the eighth session of
-  2026-11-25, which made it ``--min-rollout`` t_max / 2, i.e. ``min:10``);
+  paper's worker, and the trainer's default);
 * ``cross``: ``--cross-episode``: every rollout has ``t_max`` steps and runs
   on into the next episode, so an update's fixed costs are paid once per
   ``t_max`` steps;

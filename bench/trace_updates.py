@@ -2,10 +2,10 @@
 
     python bench/trace_updates.py OUT.npz -- <a3c train arguments>
 
-Runs ``a3c train`` with the given arguments and ``--min-rollout 0`` (every
-rollout ends with its episode, so that a row holds at most one episode end;
-the trainer's default since the eighth session of 2026-11-25 lets a rollout
-run on into the next episode) in this process, with
+Runs ``a3c train`` with the given arguments and ``--min-rollout 0`` (the
+default: every rollout ends with its episode, so that a row holds at most
+one episode end; ``--min-rollout``/``--cross-episode`` are refused) in this
+process, with
 :class:`~a3c_core.train.worker.Worker` and
 :class:`~a3c_core.train.worker.ThreadStore` wrapped so that every update
 (applied or skipped) appends one row to an in-memory table, written to

@@ -149,20 +149,17 @@ def test_shipped_config_files_load():
     assert (pong.env, pong.repeat_action_probability, pong.total_seconds) == ("ALE/Pong-v5", 0.0, 3600.0)
 
 
-def test_min_rollout_default_follows_t_max_and_cross_episode_overrides_it():
-    assert Config().effective_min_rollout() == 10              # t_max 20 / 2
-    assert Config(t_max=5).effective_min_rollout() == 2
-    assert Config(t_max=1).effective_min_rollout() == 0        # every rollout is 1 step anyway
-    assert Config(min_rollout=0).effective_min_rollout() == 0  # the A3C paper's rollouts
+def test_min_rollout_default_is_the_papers_rollouts_and_cross_episode_overrides_it():
+    assert Config().effective_min_rollout() == 0               # the A3C paper's rollouts
     assert Config(min_rollout=7).effective_min_rollout() == 7
     assert Config(cross_episode=True, min_rollout=3).effective_min_rollout() == 20
-    Config(t_max=5).validate()                                  # the default never exceeds t_max
+    assert Config(t_max=5, cross_episode=True).effective_min_rollout() == 5
 
 
 def test_trainer_settings_carry_the_effective_min_rollout():
     from a3c_core.train.trainer import Trainer
 
-    for cfg, want in ((Config(), 10), (Config(min_rollout=0), 0), (Config(cross_episode=True), 20)):
+    for cfg, want in ((Config(), 0), (Config(min_rollout=10), 10), (Config(cross_episode=True), 20)):
         t = Trainer.__new__(Trainer)        # _settings reads only the config and n_actions
         t.cfg, t.n_actions = cfg, 3
         s = t._settings()

@@ -33,8 +33,8 @@ One rollout (:meth:`Worker.rollout`):
 2. play up to ``t_max`` steps: ``net.step`` -> sample -> ``env.step``; an
    episode that ends before the rollout holds ``min_steps`` steps is followed
    by the next one in the same rollout (LSTM state reset; the trainer's
-   default is t_max // 2, 0 = the A3C paper's rollouts, which end with
-   their episode; ``cross_episode``: always ``t_max`` steps);
+   default, 0, gives the A3C paper's rollouts, which end with their
+   episode; ``cross_episode``: always ``t_max`` steps);
 3. bootstrap from ``V(s_n)`` when the rollout (or an episode's part of it)
    was cut by ``t_max``, or by a time limit and ``bootstrap_truncated`` is
    set; 0 after a terminal state;
