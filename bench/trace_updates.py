@@ -4,7 +4,7 @@
 
 Runs ``a3c train`` with the given arguments and ``--min-rollout 0`` (the
 default: every rollout ends with its episode, so that a row holds at most
-one episode end; ``--min-rollout``/``--cross-episode`` are refused) in this
+one episode end; ``--cross-episode`` and ``--min-rollout`` K > 0 are refused) in this
 process, with
 :class:`~a3c_core.train.worker.Worker` and
 :class:`~a3c_core.train.worker.ThreadStore` wrapped so that every update
@@ -298,10 +298,13 @@ def main(argv=None):
         print(__doc__)
         return 2
     out, train_args = argv[0], argv[2:]
-    if any(a == "--cross-episode" or a.startswith("--min-rollout") for a in train_args):
+    min_rollout = [v for i, a in enumerate(train_args)
+                   for v in ([a.split("=", 1)[1]] if a.startswith("--min-rollout=") else
+                             train_args[i + 1:i + 2] if a == "--min-rollout" else [])]
+    if "--cross-episode" in train_args or any(v != "0" for v in min_rollout):
         print("trace_updates.py: a row per update holds one episode end at most, so the trace "
               "needs rollouts that end with their episode; it runs training with --min-rollout 0 "
-              "(drop --cross-episode / --min-rollout from the arguments)", file=sys.stderr)
+              "(drop --cross-episode / --min-rollout K from the arguments)", file=sys.stderr)
         return 2
     train_args = train_args + ["--min-rollout", "0"]
     trace = Trace(out)

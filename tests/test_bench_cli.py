@@ -199,6 +199,25 @@ def test_trace_updates_records_every_update(tmp_path):
     rebuilt = [d["raw"][a:b + 1].sum() for a, b in zip(starts, ended)]
     np.testing.assert_allclose(rebuilt, [float(r["return"]) for r in rows])
     assert tu.main([str(out), "--", "--env", "CartPole-v1", "--cross-episode"]) == 2
+    assert tu.main([str(out), "--", "--env", "CartPole-v1", "--min-rollout", "10"]) == 2
+    assert tu.main([str(out), "--", "--env", "CartPole-v1", "--min-rollout=5"]) == 2
+
+
+def test_doom_reset_prints_its_figures(capsys):
+    """bench/doom_reset.py: both start-time rows and the wall/CPU lines."""
+    import importlib.util
+    import os
+
+    pytest.importorskip("vizdoom")
+    spec = importlib.util.spec_from_file_location(
+        "doom_reset", os.path.join(os.path.dirname(__file__), "..", "bench", "doom_reset.py"))
+    dr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dr)
+    assert dr.main(["--episodes", "2", "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    for part in ("episode_start_time 14", "episode_start_time 0", "new_episode: wall",
+                 "step (make_action + get_state): wall"):
+        assert part in out, part
 
 
 def test_trace_updates_burst_statistics():
