@@ -1,18 +1,26 @@
 """GIL-held time per call of each part of a worker's step, by ``a3c bench``'s probe.
 
-    python bench/gil_parts.py [--seconds 3] [--parts env,pipe,step,sample,update6,update20]
+    python bench/gil_parts.py [--seconds 3] [--parts env,pipe,step,sample,update6,update20,worker]
 
 Runs one part at a time in a loop on a background thread (one BLAS
 thread) while the main thread runs :func:`a3c_core.bench.gil_probe`: the
 probe's lost share of time (``gil_blocked_fraction``) divided by the
 loop's calls per second is the GIL time per call, hand-off latency
-included, as in the ``GIL us/step`` row of ``a3c bench``.  Parts:
+included, as in the ``GIL us/step`` row of ``a3c bench``; ``-noise`` is the
+same less the blocked fraction the probe reads alone (its own jitter; see
+``bench/gil_calibrate.py``).  Parts:
 
 * ``env``: ``DoomEnv.step`` on doom:basic (random actions; resets in the loop);
 * ``pipe``: the observation pipeline (uint8 120x160 -> float32 84x84);
 * ``step``: ``Network.step(record=True)`` of doom-lstm (per step, in rollouts of 20);
 * ``sample``: ``sample_categorical`` over 3 actions;
-* ``updateN``: N recorded steps then ``rollout_grad`` (per update).
+* ``updateN``: N recorded steps then ``rollout_grad`` (per update);
+* ``worker``: the trainer's :class:`~a3c_core.train.worker.Worker` loop per
+  agent step (step, sampling, pipeline, reward scaling, returns, the update
+  with its norm/Adam/sync tail, episode bookkeeping) on a stand-in for
+  doom:basic that holds no GIL: ``step`` spins ~250 us in a ``nogil`` kernel
+  (about a ViZDoom step here) and returns a fixed 120x160 frame, 40-step
+  episodes.  Its figure plus ``env``'s is what a real worker costs.
 
 Needs a free core for the probe: never run it beside a training run.
 """
@@ -29,7 +37,7 @@ import numpy as np
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=3.0)
-    ap.add_argument("--parts", default="env,pipe,step,sample,update6,update20")
+    ap.add_argument("--parts", default="env,pipe,step,sample,update6,update20,worker")
     a = ap.parse_args(argv)
 
     from a3c_core._blas import limit_blas_threads
@@ -88,13 +96,23 @@ def main(argv=None):
                 cnt[0] += 1
         return run
 
-    loops = {"env": loop_env, "pipe": loop_pipe, "step": loop_step, "sample": loop_sample}
+    def loop_worker(stop, cnt):
+        w = _stand_in_worker(pipe)
+        while not stop.is_set():
+            n, _, _, _ = w.rollout()
+            cnt[0] += n
+
+    loops = {"env": loop_env, "pipe": loop_pipe, "step": loop_step, "sample": loop_sample,
+             "worker": loop_worker}
     parts = [p.strip() for p in a.parts.split(",") if p.strip()]
     for p in parts:
         if p not in loops and not (p.startswith("update") and p[6:].isdigit() and 1 <= int(p[6:]) <= 20):
             ap.error(f"unknown part {p!r}")
-    base = float(np.median(gil_probe(1.0)))
-    print(f"{'part':10s} {'calls/s alone':>14s} {'with probe':>11s} {'GIL share':>10s} {'GIL us/call':>12s}")
+    alone_cycles = gil_probe(1.0)
+    base = float(np.median(alone_cycles))
+    noise = gil_blocked_fraction(alone_cycles, base)   # the probe's own floor (jitter)
+    print(f"{'part':10s} {'calls/s alone':>14s} {'with probe':>11s} {'GIL share':>10s} "
+          f"{'GIL us/call':>12s} {'-noise':>7s}")
     for p in parts:
         fn = loops.get(p) or loop_update(int(p[6:]))
         stop, cnt = threading.Event(), [0]
@@ -111,9 +129,52 @@ def main(argv=None):
         th.join()
         f = gil_blocked_fraction(cycles, base)
         flag = "  PERTURBED (>10% slower with the probe)" if rate < 0.9 * alone else ""
-        print(f"{p:10s} {alone:14.0f} {rate:11.0f} {f:10.1%} {f / rate * 1e6:12.1f}{flag}")
+        print(f"{p:10s} {alone:14.0f} {rate:11.0f} {f:10.1%} {f / rate * 1e6:12.1f} "
+              f"{max(0.0, f - noise) / rate * 1e6:7.1f}{flag}")
     env.close()
     return 0
+
+
+class _NoGilEnv:
+    """doom:basic's shapes and rough timing, no GIL held while it "runs"."""
+
+    obs_shape, obs_dtype, obs_kind, n_actions = (120, 160), np.dtype(np.uint8), "image", 3
+
+    def __init__(self, step_us=250.0, episode=40):
+        from a3c_core.bench import _spin_kernel
+        self._spin, per = _spin_kernel()
+        self._n = max(1, int(step_us * 1e-6 / per))
+        self._frame = np.random.default_rng(0).integers(0, 256, self.obs_shape, dtype=np.uint8)
+        self._episode, self._t = episode, 0
+        self.episode_over = False
+
+    def reset(self):
+        self._t = 0
+        self.episode_over = False
+        return self._frame
+
+    def step(self, action):
+        self._spin(self._n)
+        self._t += 1
+        done = self._t >= self._episode
+        self.episode_over = done
+        return self._frame, -1.0, done, False
+
+
+def _stand_in_worker(pipe):
+    """A Worker with the trainer's default settings for doom:basic on :class:`_NoGilEnv`."""
+    from a3c_core import core
+    from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer
+    from a3c_core.nn.network import build_network
+    from a3c_core.train.worker import RolloutSettings, ThreadStore, Worker
+
+    env = _NoGilEnv()
+    net = build_network("doom-lstm", pipe.net_obs_shape, env.n_actions)
+    shared = core.SharedState(net.params.copy(), core.Adam(net.n_params, lr=1e-4))
+    store = ThreadStore(shared, ReturnNormalizer(0.99), None, AdvantageNormalizer())
+    s = RolloutSettings(t_max=20, gamma=0.99, bootstrap_truncated=False,
+                        normalize_advantages=True)
+    return Worker(0, env, net, pipe, store, s, np.random.default_rng(0))
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ Three ceilings, each from a figure the bench measured on this machine:
 * **cores**: a worker and its env alternate (the worker waits for the env
   step, the env waits for the action), so one worker keeps about one core
   busy and N workers on N cores run at ``N x steps/s(1 worker)``;
-* **GIL**: the GIL-held time per agent step ``g`` (the probe's ``GIL us/step``)
-  serializes: all workers together cannot exceed ``1 / g`` steps/s (Amdahl);
+* **GIL**: the GIL-held time per agent step ``g`` (the probe's ``GIL us/step``,
+  or with ``--gil-row`` its noise-subtracted row, which leaves out the
+  probe's own jitter; see ``bench/gil_calibrate.py``) serializes: all workers together cannot exceed ``1 / g`` steps/s (Amdahl);
   below that a worker also waits while the N - 1 others hold it, modelled as
   an M/D/1 queue: each step is slowed by the mean wait ``g u / (2 (1 - u))``
   at the others' GIL utilization ``u`` (solved as a fixed point);
@@ -73,15 +74,18 @@ def main(argv=None):
                    help="GB/s to project with (default: the bench's memory bandwidth row)")
     p.add_argument("--workers", default="1,2,4,8,16,32")
     p.add_argument("--l3-mb", type=float, default=32.0, help="last-level cache, MB (32 here)")
+    p.add_argument("--gil-row", default="GIL us/step",
+                   help="the bench row that gives g: 'GIL us/step' (the probe's raw figure, "
+                        "the default) or 'GIL us/step (probe noise subtracted)'")
     a = p.parse_args(argv)
     with open(a.bench_json) as f:
         rows = rows_by_name(json.load(f))
-    need = ["train steps/s w1", "GIL us/step"]
+    need = ["train steps/s w1", a.gil_row]
     missing = [k for k in need if k not in rows]
     if missing:
         p.error(f"{a.bench_json} has no {missing} rows (run a3c bench without --skip-e2e/--skip-gil)")
     sps1 = rows["train steps/s w1"]["median"]
-    gil = rows["GIL us/step"]["median"]
+    gil = rows[a.gil_row]["median"]
     bw = a.bandwidth or (rows["memory bandwidth"]["median"] if "memory bandwidth" in rows else None)
     if bw is None:
         p.error("no memory bandwidth row in the JSON; pass --bandwidth GB/s")

@@ -334,3 +334,60 @@ def test_gil_parts_prints_a_row_per_part(capsys):
         assert math.isfinite(us) and us >= 0.0
     with pytest.raises(SystemExit):
         gp.main(["--parts", "update99"])
+
+
+def test_gil_calibrate_reports_known_holds(capsys):
+    """bench/gil_calibrate.py: the synthetic worker's own held time per call is
+    at least its busy-wait, the probe's figures are finite and the noise-subtracted
+    one never exceeds the raw one; a malformed case is refused by name."""
+    import importlib.util
+    import math
+    import os
+
+    spec = importlib.util.spec_from_file_location(
+        "gil_calibrate", os.path.join(os.path.dirname(__file__), "..", "bench", "gil_calibrate.py"))
+    gc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gc)
+    rows = gc.main(["--seconds", "0.2", "--cases", "0/300,50/300"])
+    assert [(r["hold_us"], r["gap_us"]) for r in rows] == [(0.0, 300.0), (50.0, 300.0)]
+    assert rows[1]["true_us"] >= 50.0
+    assert rows[0]["true_us"] < 50.0
+    for r in rows:
+        assert r["calls_per_s"] > 0
+        for k in ("raw_us", "noise_subtracted_us"):
+            assert math.isfinite(r[k]) and r[k] >= 0.0
+        assert r["noise_subtracted_us"] <= r["raw_us"]
+    assert "noise floor" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="bad case '5-300'"):
+        gc.main(["--cases", "5-300"])
+
+
+def test_scaling_model_projects_from_either_gil_row(tmp_path, capsys):
+    """bench/scaling_model.py: the GIL ceiling is 1 / g of the row it is told
+    to use (raw by default, or the noise-subtracted one), and a missing row
+    is named."""
+    import importlib.util
+    import json
+    import os
+
+    spec = importlib.util.spec_from_file_location(
+        "scaling_model", os.path.join(os.path.dirname(__file__), "..", "bench", "scaling_model.py"))
+    sm = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sm)
+    rows = [{"name": "train steps/s w1", "median": 2000.0},
+            {"name": "GIL us/step", "median": 40.0},
+            {"name": "GIL us/step (probe noise subtracted)", "median": 25.0},
+            {"name": "memory bandwidth", "median": 50.0}]
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"rows": rows}))
+    assert sm.main([str(path), "--workers", "1,64"]) == 0
+    raw = capsys.readouterr().out
+    assert "GIL 40.0 us/step" in raw and "| 25,000 |" in raw       # 1 / 40 us
+    assert sm.main([str(path), "--workers", "1,64",
+                    "--gil-row", "GIL us/step (probe noise subtracted)"]) == 0
+    sub = capsys.readouterr().out
+    assert "GIL 25.0 us/step" in sub and "| 40,000 |" in sub       # 1 / 25 us
+    path.write_text(json.dumps({"rows": rows[:1] + rows[3:]}))
+    with pytest.raises(SystemExit):
+        sm.main([str(path)])
+    assert "GIL us/step" in capsys.readouterr().err

@@ -398,7 +398,8 @@ def test_sync_params():
     np.testing.assert_array_equal(src, dst)
 
 
-@pytest.mark.parametrize("n", [1, 7, 8, 1001])
+# lengths around the norm pass's 32 partial-sum lanes and its remainder loop
+@pytest.mark.parametrize("n", [1, 7, 8, 31, 32, 33, 65, 1001, 70001])
 def test_clip_parity(n):
     rng = np.random.default_rng(n)
     g = _rand(rng, n, 3.0)
@@ -427,8 +428,10 @@ def test_clip_scaling_and_noop():
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_clip_nonfinite_untouched(bad):
-    g = np.array([1.0, bad, 2.0] * 5, np.float32)
+@pytest.mark.parametrize("n,where", [(15, 1), (70, 40), (35, 34)])   # lanes; remainder
+def test_clip_nonfinite_untouched(bad, n, where):
+    g = np.linspace(-2, 2, n).astype(np.float32)
+    g[where] = bad
     before = g.copy()
     norm, finite = clip_grad_norm(g, 1.0)
     assert not finite and not np.isfinite(norm)
