@@ -56,9 +56,11 @@ dwarf the timer) and reports the median, min and max.  Rows:
   alone median)) / wall time, estimates the worker's GIL share, i.e. exactly
   what a second GIL-needing thread would lose.  It includes the GIL hand-off
   latency (futex wake-ups, ~tens of us in a VM), so it reads high when the
-  worker takes and drops the GIL very often in tiny bursts.  Checked against
-  a synthetic worker of known duty cycle (5-200 us GIL bursts, 100-800 us
-  nogil gaps): within ~+0.01..+0.05 of the truth.  The probe holds the GIL
+  worker takes and drops the GIL very often in tiny bursts.
+  ``bench/gil_calibrate.py`` checks it against synthetic workers of known
+  GIL time: it reads holds of a few us high (its own jitter counts) and
+  holds of tens of us low (it asks for the GIL ~1 us in 200 us, so it sees
+  part of a long hold); bench/RESULTS.md has the table.  The probe holds the GIL
   ~1 us per cycle and busy-spins one core, so it needs a free core: when
   the machine is loaded the worker and the probe also compete for CPU and
   the figure reads high; the note gives the worker's steps/s with and
