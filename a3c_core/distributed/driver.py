@@ -64,6 +64,9 @@ class _NodeSlot:
         self.restarts = 0
         self.pending_start = None   # ObjectRef of a start() call in flight
         self.lost_at = None
+        # global agent steps when it last became "running": every step and
+        # episode it reports from then on is counted after this
+        self.running_since_steps = None
         self.last = {"steps": 0, "updates": 0, "skipped": 0}
         self.loss_retired = np.zeros(6)
         self.loss_now = np.zeros(6)
@@ -327,6 +330,11 @@ class RayTrainer(Trainer):
 
     def _absorb(self, s, r):
         """Fold one poll result of node ``s`` into the global counters and logs."""
+        if not r.get("started", True):
+            # Ray restarted the actor between two polls: this is its new,
+            # unstarted instance (counters from 0), not the node we started
+            self._node_lost(s, RuntimeError("node actor restarted by Ray"))
+            return
         d_steps = r["steps"] - s.last["steps"]
         d_upd = r["updates"] - s.last["updates"]
         d_skip = r["skipped"] - s.last["skipped"]
@@ -398,6 +406,7 @@ class RayTrainer(Trainer):
             self.errors.append((kind, text))
             self.stop_event.set()
             return
+        s.running_since_steps = int(self.shared.steps)
         s.status = "running"
 
     def _shard_dead(self):
@@ -417,7 +426,9 @@ class RayTrainer(Trainer):
         refs = [s.handle.stop.remote() for s in live]
         for s, ref in zip(live, refs):
             try:
-                self._absorb(s, ray.get(ref, timeout=120))
+                r = ray.get(ref, timeout=120)
+                if r.get("started", True):   # else a restarted instance: nothing to count
+                    self._absorb(s, r)
             except Exception:  # noqa: BLE001 - a node lost at the very end
                 pass
             s.status = "stopped"

@@ -217,7 +217,9 @@ class Node:
         """Cumulative counters of this node's life, and the episodes since the
         last poll: ``{"steps", "updates", "skipped", "episodes": [(wid, ret, len)],
         "losses": (6,) float64, "consecutive_skips", "sync": {...}, "errors",
-        "alive": bool}``."""
+        "alive": bool, "started": bool}``.  ``started`` is False in an actor
+        that Ray restarted and that has not been told to :meth:`start` yet
+        (a poll can reach the new instance before the driver saw the old die)."""
         if global_steps is not None:
             self.store.global_base = int(global_steps)
             self.store.local_base = self.shared.steps
@@ -231,6 +233,7 @@ class Node:
             "sync": dict(self.sync_stats),
             "errors": list(self.errors),
             "alive": any(th.is_alive() for th in self.threads) and not self.stop_event.is_set(),
+            "started": self.started,
         }
 
     def stop(self, timeout=60.0):

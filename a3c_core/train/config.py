@@ -90,6 +90,7 @@ _RANGES = {
     "advantage_scale_max": (0.0, 1e12),
     "entropy_target": (0.0, 1.0),
     "uniform_kl": (0.0, 10.0),
+    "policy_epsilon": (0.0, 0.5),
 }
 
 
@@ -120,6 +121,7 @@ class Config:
     entropy_beta: float = _f(0.01, "entropy bonus coefficient, in [0, 10] (rewards are normalized by default, so one value fits every env)")
     entropy_target: float = _f(0.0, "entropy floor, as a fraction of the most a policy can have, ln(n_actions), in [0, 1]: while the rollouts' mean entropy is below it the entropy coefficient rises above entropy_beta (x100 at most) and falls back to it above (0 = off, a fixed entropy_beta). Off by default: on doom:basic at 0.1 it lifted 2 of 3 converged runs to ~0.2 nats, but in the third the coefficient wound up to x19 before the policy moved, and it then jumped to uniform play (bench/RESULTS.md)")
     uniform_kl: float = _f(0.0, "coefficient of a KL(uniform || pi) penalty per step, in [0, 10] (0 = off). Unlike the entropy bonus, whose logit gradient vanishes as the policy turns deterministic, its gradient p - 1/A does not, so it bounds the logit margins of a converged policy. Off by default: on doom:basic at 0.04 it held a converged policy at ~0.3 nats and the run still collapsed once (bench/RESULTS.md)")
+    policy_epsilon: float = _f(0.0, "act and learn with the mixture (1 - e) pi + e / n_actions, in [0, 0.5] (0 = off): e of the actions are uniform, and the policy gradient is that of log of the mixture, the usual one times w = (1 - e) pi(a) / mixture(a), so an improbable action's score, whose spikes through the convs precede the collapses on doom:basic, is bounded (bench/RESULTS.md)")
     value_coef: float = _f(0.5, "value-loss coefficient, in [0, 1000]")
     max_grad_norm: float = _f(40.0, "global gradient-norm clip (0 = no clipping)")
     reward_scale: Optional[float] = _f(None, "multiply rewards by this fixed factor for learning (default: normalize them by the running standard deviation of the discounted return; see a3c_core.core.normalize)")

@@ -330,7 +330,7 @@ class Trainer:
         return RolloutSettings(
             t_max=c.t_max, gamma=c.gamma, gae_lambda=c.gae_lambda, value_coef=c.value_coef,
             entropy_beta=c.entropy_beta, entropy_target=c.entropy_target_nats(self.n_actions),
-            uniform_kl=c.uniform_kl,
+            uniform_kl=c.uniform_kl, policy_epsilon=c.policy_epsilon,
             max_grad_norm=c.max_grad_norm,
             reward_scale=c.reward_scale, reward_clip=c.effective_reward_clip(),
             bootstrap_truncated=c.bootstrap_truncated(),

@@ -61,7 +61,7 @@ import numpy as np
 from a3c_core._safepoint import safe_point
 from a3c_core.core import gae
 from a3c_core.core.normalize import running_returns
-from a3c_core.sampling import sample_categorical
+from a3c_core.sampling import sample_categorical, sample_mixed
 
 __all__ = ["RolloutSettings", "LossStats", "Store", "ThreadStore", "Worker"]
 
@@ -80,6 +80,9 @@ class RolloutSettings:
     entropy_target: float = 0.0
     #: coefficient of the KL(uniform || pi) penalty (0 = off; see Config.uniform_kl)
     uniform_kl: float = 0.0
+    #: > 0: act with (1 - e) pi + e / A and weight each step's policy gradient
+    #: by w = (1 - e) pi(a) / that (see sampling.sample_mixed, Config.policy_epsilon)
+    policy_epsilon: float = 0.0
     max_grad_norm: float = 40.0
     #: fixed reward multiplier, or None: divide by the running return std
     reward_scale: float | None = None
@@ -231,6 +234,7 @@ class Worker:
         self.rewards = np.zeros(T, np.float32)   # rewards used for learning
         self.raw_rewards = np.zeros(T, np.float64)
         self.values = np.zeros(T, np.float32)
+        self.pg_weights = np.ones(T, np.float32)   # policy_epsilon's w per step
         self._beta = None      # the entropy floor's coefficient for the next update
         self.state = None
         self.ep_return = 0.0
@@ -280,10 +284,15 @@ class Worker:
         n = s.t_max
         # the steps record their activations (fixed local params during the
         # rollout), so the update runs only the backward pass
+        eps = s.policy_epsilon
+        pg_w = self.pg_weights
         net.begin_rollout(s.t_max)
         for t in range(s.t_max):
             probs, v, state = net.step(obs_buf[t], state, record=True)
-            a = sample_categorical(probs, u[t])
+            if eps:
+                a, pg_w[t] = sample_mixed(probs, eps, u[t])
+            else:
+                a = sample_categorical(probs, u[t])
             obs, r, term, trunc = env.step(a)
             actions[t] = a
             raw[t] = r
@@ -339,10 +348,15 @@ class Worker:
         start = 0
         n = T
         term = trunc = False
+        eps = s.policy_epsilon
+        pg_w = self.pg_weights
         net.begin_rollout(T)
         for t in range(T):
             probs, v, state = net.step(obs_buf[t], state, record=True)
-            a = sample_categorical(probs, u[t])
+            if eps:
+                a, pg_w[t] = sample_mixed(probs, eps, u[t])
+            else:
+                a = sample_categorical(probs, u[t])
             obs, r, term, trunc = env.step(a)
             actions[t] = a
             raw[t] = r
@@ -422,6 +436,9 @@ class Worker:
         s, st = self.s, self.stats
         if s.normalize_advantages:
             adv = adv * np.float32(self.store.advantage_scale(adv))
+        if s.policy_epsilon:
+            # the gradient of -A log q(a), q the mixture the steps were sampled from
+            adv = adv * self.pg_weights[:n]
         # backward only over the rows the rollout's steps recorded; the same
         # gradient as loss_and_grad(obs_buf[:n], actions[:n], ret, adv, <rollout's first
         # LSTM state>), up to summation order (tests/test_nn_rollout_grad.py)
