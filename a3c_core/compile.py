@@ -73,7 +73,7 @@ def warm_up(specs=None, dtypes=(np.float32,), parallel=False):
     what the helper compiled then loads here.
     """
     from a3c_core.nn.network import SPECS, build_network
-    from a3c_core.sampling import sample_categorical
+    from a3c_core.sampling import sample_categorical, sample_mixed
 
     specs = list(specs or SPECS)
     helper = None
@@ -95,6 +95,7 @@ def warm_up(specs=None, dtypes=(np.float32,), parallel=False):
                 probs, _, state = net.step(np.zeros(obs_shape, dtype), net.initial_state())
                 net.step(np.ones(obs_shape, dtype), state)
                 sample_categorical(probs, 0.5)
+                sample_mixed(probs, 0.03, 0.5)          # --policy-epsilon's sampler
                 nets.append((net, dtype, obs_shape))
         if helper is not None:
             helper.wait()

@@ -293,3 +293,17 @@ def test_resume_with_a_larger_budget_anneals_over_it(tmp_path):
     ck3 = load_checkpoint(run)
     assert ck3.meta["optimizer_scalars"]["anneal_steps"] == 0
     assert not np.array_equal(ck3.params, params_before)   # lr > 0: the weights moved
+
+
+def test_policy_epsilon_changes_training_and_is_saved(tmp_path):
+    """--policy-epsilon: a one-worker run (deterministic for a seed) learns other
+    parameters than the same run without it, and the checkpoint keeps the value."""
+    params = {}
+    for eps in (0.0, 0.2):
+        cfg = Config(env="CartPole-v1", workers=1, total_steps=400, seed=3, quiet=True,
+                     tensorboard=False, checkpoint_interval=0, policy_epsilon=eps,
+                     run_dir=str(tmp_path / f"e{eps}"))
+        ck = load_checkpoint(Trainer(cfg).run().run_dir)
+        assert ck.meta["config"]["policy_epsilon"] == eps
+        params[eps] = ck.params
+    assert not np.array_equal(params[0.0], params[0.2])

@@ -499,11 +499,12 @@ def helper_allowed() -> bool:
     return _usable_cpus() >= 2
 
 
-def warm_up_network(net, cross_episode=False, parallel=None):
+def warm_up_network(net, cross_episode=False, parallel=None, mixed=False):
     """Run a worker's kernels once on ``net`` (compiling or loading them):
     steps recorded and not (the bootstrap), the sampler and the
     backward-only update; never ``loss_and_grad``'s batched forward, which a
     worker does not call.  ``cross_episode``: also a rollout with a reset.
+    ``mixed``: also the epsilon-mixture sampler (``policy_epsilon`` > 0).
 
     ``parallel`` (default: :func:`helper_allowed`): when the step
     has not loaded within :data:`HELPER_DELAY_S` (a first run: it is being
@@ -515,7 +516,7 @@ def warm_up_network(net, cross_episode=False, parallel=None):
     halves overlap.  The helper is a child that exits when this process
     does; if it fails or cannot write the cache, the kernels are compiled
     here as before."""
-    from a3c_core.sampling import sample_categorical
+    from a3c_core.sampling import sample_categorical, sample_mixed
 
     if hasattr(net, "single_step_kernel"):
         net.single_step_kernel = True
@@ -529,6 +530,8 @@ def warm_up_network(net, cross_episode=False, parallel=None):
         probs, _, _ = net.step(obs[0], net.initial_state())
         safe_point()
         sample_categorical(probs, 0.5)
+        if mixed:
+            sample_mixed(probs, 0.03, 0.5)
         if helper is not None:
             helper.wait()
         zeros = np.zeros(3, np.float32)
