@@ -66,7 +66,7 @@ import threading
 
 import numpy as np
 
-from a3c_core import _hogwild
+from a3c_core import _hogwild, _hugepages
 
 __all__ = ["Optimizer", "SGD", "RMSProp", "Adam", "make_optimizer", "OPTIMIZERS"]
 
@@ -116,7 +116,7 @@ class Optimizer:
     def __init__(self, n_params):
         self.n_params = _check_positive_int("n_params", n_params)
         for a in self._arrays:
-            setattr(self, a, np.zeros(self.n_params, np.float32))
+            setattr(self, a, _hugepages.zeros(self.n_params, np.float32))
 
     def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0,
               out=None, grad_sumsq=None):  # pragma: no cover

@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 
-from a3c_core import _hogwild
+from a3c_core import _hogwild, _hugepages
 from a3c_core.core.optim import Optimizer, make_optimizer
 
 __all__ = ["sync_params", "clip_grad_norm", "SharedState"]
@@ -77,7 +77,8 @@ class SharedState:
         if optimizer.n_params != p.shape[0]:
             raise ValueError(f"optimizer is for {optimizer.n_params} params, "
                              f"params has {p.shape[0]}")
-        self.params = np.array(p, dtype=np.float32, order="C", copy=True)
+        self.params = _hugepages.zeros(p.shape[0], np.float32)
+        self.params[...] = p
         self.optimizer = optimizer
         self._lock = threading.Lock()
         self.steps = self.updates = self.episodes = self.skipped_updates = 0

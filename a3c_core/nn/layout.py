@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 
+from a3c_core import _hugepages
+
 
 class ParamLayout:
     """Ordered ``name -> (offset, shape)``; tensors are packed back to back.
@@ -65,8 +67,9 @@ class ParamLayout:
 
     # -- buffers -----------------------------------------------------------
     def new_flat(self, dtype=np.float32) -> np.ndarray:
-        """A zeroed contiguous flat buffer of ``size`` elements."""
-        return np.zeros(self.size, dtype=dtype)
+        """A zeroed contiguous flat buffer of ``size`` elements (on huge
+        pages when it is large enough: :mod:`a3c_core._hugepages`)."""
+        return _hugepages.zeros(self.size, dtype)
 
     def views(self, flat: np.ndarray) -> dict[str, np.ndarray]:
         """``name -> view`` of ``flat`` (1-D, contiguous, ``size`` long).
