@@ -24,7 +24,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["zeros", "enabled", "MIN_BYTES"]
+__all__ = ["zeros", "empty", "enabled", "MIN_BYTES"]
 
 HUGE_PAGE = 2 << 20
 #: buffers smaller than this keep numpy's allocation (a huge page would be mostly empty)
@@ -85,3 +85,9 @@ def zeros(n, dtype=np.float32) -> np.ndarray:
     out = block[skew:skew + nbytes].view(dtype)
     out[...] = 0          # fault the pages in now, after the advice
     return out
+
+
+def empty(shape, dtype=np.float32) -> np.ndarray:
+    """:func:`zeros` in an n-d ``shape`` (zeroed: the pages are faulted in anyway)."""
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
+    return zeros(int(np.prod(shape, dtype=np.int64)), dtype).reshape(shape)

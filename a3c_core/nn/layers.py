@@ -34,6 +34,8 @@ import math
 
 import numpy as np
 
+from a3c_core._hugepages import empty as _hp_empty
+
 from . import kernels as K
 from . import ref
 
@@ -96,20 +98,21 @@ class Conv2d:
     def workspace(self, t_cap, dt):
         rows, o = t_cap * self.n_pix, self.out_ch
         c, h, w = self.in_shape
-        ws = {"cols": np.empty((rows, self.n_col), dt),     # im2col, (i, j, c) columns
-              "z": np.empty((rows, o), dt),                 # NHWC pre-act, then act
-              "dz": np.empty((rows, o), dt),
+        # the rollout's large rows (MBs) on huge pages where possible
+        ws = {"cols": _hp_empty((rows, self.n_col), dt),    # im2col, (i, j, c) columns
+              "z": _hp_empty((rows, o), dt),                # NHWC pre-act, then act
+              "dz": _hp_empty((rows, o), dt),
               "gw": np.empty((o, self.n_col), dt),          # dW in (i, j, c) order
               "w_ijc": np.empty((o, self.n_col), dt)}       # W permuted to (i, j, c)
         if self.flatten_out:
-            ws["flat"] = np.empty((t_cap, self.n_out), dt)  # act, channel-first flatten
-            ws["dy"] = np.empty((t_cap, self.n_out), dt)
+            ws["flat"] = _hp_empty((t_cap, self.n_out), dt)  # act, channel-first flatten
+            ws["dy"] = _hp_empty((t_cap, self.n_out), dt)
         else:
-            ws["dy"] = np.empty((rows, o), dt)
+            ws["dy"] = _hp_empty((rows, o), dt)
         if self.nchw_in and c > 1:
             ws["x_nhwc"] = np.empty((t_cap, h, w, c), dt)
         if not self.nchw_in:
-            ws["dcols"] = np.empty((rows, self.n_col), dt)
+            ws["dcols"] = _hp_empty((rows, self.n_col), dt)
         return ws
 
     def dy_rows(self, ws, t_len):
