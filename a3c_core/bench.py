@@ -143,6 +143,23 @@ def flops_of_layers(layers, *, T=1) -> dict:
 # machine info and timing helpers
 
 
+def _hugepage_info() -> dict:
+    """Whether a3c_core asks for huge pages (``A3C_HUGEPAGES``) and what the
+    kernel's transparent-huge-page mode is (the bracketed word of
+    /sys/kernel/mm/transparent_hugepage/enabled; None off Linux)."""
+    from a3c_core import _hugepages
+
+    mode = None
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as fh:
+            text = fh.read()
+        if "[" in text:
+            mode = text.split("[", 1)[1].split("]", 1)[0]
+    except OSError:
+        pass
+    return {"requested": _hugepages.enabled(), "thp": mode}
+
+
 def machine_info() -> dict:
     """CPU model, core counts, OS, Python / numpy / numba versions, BLAS."""
     cpu = platform.processor() or platform.machine()
@@ -162,6 +179,7 @@ def machine_info() -> dict:
         "affinity_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "platform": platform.platform(),
         **versions(),  # python, numpy, numba, a3c_core
+        "hugepages": _hugepage_info(),
     }
     try:
         from threadpoolctl import threadpool_info
@@ -944,8 +962,10 @@ def main(argv=None) -> int:
 
     limit_blas_threads(1)
     info = machine_info()
+    hp = info["hugepages"]
     print(f"a3c bench: {info['cpu_model']}, {info['cpu_count']} cores, Python {info['python']}, "
-          f"numpy {info['numpy']}, numba {info['numba']}", flush=True)
+          f"numpy {info['numpy']}, numba {info['numba']}, huge pages "
+          f"{'on' if hp['requested'] else 'off'} (THP {hp['thp'] or 'n/a'})", flush=True)
 
     rows, skipped = [], []
 

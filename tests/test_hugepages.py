@@ -42,3 +42,13 @@ def test_network_shared_state_and_optimizer_use_them():
                 (net.params, net.grads, shared.params, shared.optimizer.exp_avg,
                  shared.optimizer.exp_avg_sq)]
         assert all(o % hp._SKEW_STEP == 0 for o in offs) and len(set(offs)) == 5
+
+
+def test_bench_machine_info_records_the_setting(monkeypatch):
+    from a3c_core.bench import machine_info
+
+    info = machine_info()["hugepages"]
+    assert info["requested"] == hp.enabled()
+    assert info["thp"] in (None, "always", "madvise", "never")
+    monkeypatch.setenv("A3C_HUGEPAGES", "off")
+    assert machine_info()["hugepages"]["requested"] is False
