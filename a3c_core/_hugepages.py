@@ -47,12 +47,25 @@ def _load_madvise():
     return fn
 
 
+def _thp_mode():
+    """The bracketed word of the kernel's THP setting, or None if unreadable."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    return text.split("[", 1)[1].split("]", 1)[0] if "[" in text else None
+
+
 _madvise = _load_madvise()
+#: False once madvise has failed (e.g. a kernel without THP): no more padded blocks
+_madvise_ok = _thp_mode() != "never"
 
 
 def enabled() -> bool:
-    """False when ``A3C_HUGEPAGES`` is 0/false/no/off or madvise is unavailable."""
-    if _madvise is None:
+    """False when ``A3C_HUGEPAGES`` is 0/false/no/off, madvise is unavailable
+    or has failed, or the kernel's THP mode is ``never``."""
+    if _madvise is None or not _madvise_ok:
         return False
     return os.environ.get("A3C_HUGEPAGES", "1").strip().lower() not in ("0", "false", "no", "off")
 
@@ -71,7 +84,7 @@ def zeros(n, dtype=np.float32) -> np.ndarray:
     nbytes = n * dtype.itemsize
     if nbytes < MIN_BYTES or not enabled():
         return np.zeros(n, dtype)
-    global _count
+    global _count, _madvise_ok
     # buffers that all start on a 2 MiB boundary would put element i of each
     # in the same L1 and L2 sets, and the optimizer streams 5-8 of them side by
     # side: each buffer starts a different 4 KiB + 64 B step into its block
@@ -81,7 +94,9 @@ def zeros(n, dtype=np.float32) -> np.ndarray:
     raw = np.empty(size + HUGE_PAGE, np.uint8)
     start = (-raw.ctypes.data) % HUGE_PAGE
     block = raw[start:start + size]
-    _madvise(block.ctypes.data, size, _MADV_HUGEPAGE)   # failure: 4 KiB pages, same values
+    if _madvise(block.ctypes.data, size, _MADV_HUGEPAGE) != 0:
+        _madvise_ok = False           # no huge pages to be had: plain arrays from now on
+        return np.zeros(n, dtype)
     out = block[skew:skew + nbytes].view(dtype)
     out[...] = 0          # fault the pages in now, after the advice
     return out

@@ -149,15 +149,7 @@ def _hugepage_info() -> dict:
     /sys/kernel/mm/transparent_hugepage/enabled; None off Linux)."""
     from a3c_core import _hugepages
 
-    mode = None
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as fh:
-            text = fh.read()
-        if "[" in text:
-            mode = text.split("[", 1)[1].split("]", 1)[0]
-    except OSError:
-        pass
-    return {"requested": _hugepages.enabled(), "thp": mode}
+    return {"requested": _hugepages.enabled(), "thp": _hugepages._thp_mode()}
 
 
 def machine_info() -> dict:

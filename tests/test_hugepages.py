@@ -52,3 +52,16 @@ def test_bench_machine_info_records_the_setting(monkeypatch):
     assert info["thp"] in (None, "always", "madvise", "never")
     monkeypatch.setenv("A3C_HUGEPAGES", "off")
     assert machine_info()["hugepages"]["requested"] is False
+
+
+def test_a_failing_madvise_falls_back_to_plain_arrays(monkeypatch):
+    """A kernel that refuses the advice: a plain zeroed array, and no padded
+    blocks afterwards (enabled() turns False)."""
+    if hp._madvise is None:
+        pytest.skip("no madvise on this platform")
+    monkeypatch.setattr(hp, "_madvise", lambda addr, size, advice: -1)
+    monkeypatch.setattr(hp, "_madvise_ok", True)
+    x = hp.zeros(1_000_000)
+    assert x.flags.owndata and x.shape == (1_000_000,) and not x.any()
+    assert not hp.enabled()
+    assert hp.zeros(1_000_000).flags.owndata
