@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Where the GIL time goes on a 16-core machine, and e2e scaling with longer
+# windows (issue 12); the second prepared command for a lent machine (see
+# bench/device_scaling.sh for the setup it shares).
+#
+#   bash bench/device_gil.sh OUT_DIR [WHEEL_DIR]
+#
+# WHEEL_DIR as in device_scaling.sh, plus a py-spy wheel.  Steps:
+#   1. single-core cache/memory read bandwidth at 0.5, 4.8 (doom-lstm's
+#      float32 parameters) and 64 MB;
+#   2. bench/gil_parts.py: the probe's GIL time per part of a worker step;
+#   3. py-spy --gil on a 1-worker doom:basic training run: which Python
+#      frames hold the GIL (raw collapsed stacks);
+#   4. a3c bench --quick --seconds 10 --skip-gil --skip-env at 1..16 workers.
+set -u
+OUT=${1:?usage: device_gil.sh OUT_DIR [WHEEL_DIR]}
+WHL=${2:-}
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+t0=$(date +%s)
+stamp() { echo "== $(( $(date +%s) - t0 )) s: $*"; }
+if [ -n "$WHL" ]; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/a3c_site "$WHL"/*.whl || exit 1
+    export PYTHONPATH=/tmp/a3c_site${PYTHONPATH:+:$PYTHONPATH}
+    export PATH=/tmp/a3c_site/bin:$PATH
+fi
+$PY setup.py -q build_ext --inplace -j 8 >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export NUMBA_CACHE_DIR=/tmp/a3c_numba_cache
+
+stamp bandwidth
+$PY - <<'PY'
+import time, numpy as np
+from threadpoolctl import threadpool_limits
+threadpool_limits(1)
+for mb in (0.5, 4.8, 64):
+    a = np.ones(int(mb * 2**20 / 4), np.float32); b = np.empty_like(a)
+    n = max(5, int(2000 / mb))
+    for name, f, k in (("dot", lambda: np.dot(a, a), 1), ("copy", lambda: np.copyto(b, a), 2)):
+        for _ in range(3): f()
+        ts = []
+        for _ in range(5):
+            t = time.perf_counter()
+            for _ in range(n): f()
+            ts.append((time.perf_counter() - t) / n)
+        dt = sorted(ts)[2]
+        print(f"1-core {name:4s} {mb:5.1f} MB: {k * a.nbytes / dt / 1e9:6.1f} GB/s ({dt * 1e6:.0f} us)")
+PY
+
+stamp gil_parts
+$PY bench/gil_parts.py --seconds 3 2>&1 | tee "$OUT/gil_parts.txt" | tail -14
+
+stamp py-spy
+rm -rf /tmp/r1
+$PY -m a3c_core train --workers 1 --total-seconds 40 --no-tensorboard --quiet --run-dir /tmp/r1 >"$OUT/train_w1.log" 2>&1 &
+pid=$!
+sleep 12
+py-spy record --pid $pid --gil --nonblocking -r 400 -d 12 -f raw -o "$OUT/pyspy_gil_w1.txt" >"$OUT/pyspy.log" 2>&1 || tail -5 "$OUT/pyspy.log"
+py-spy record --pid $pid --nonblocking -r 400 -d 8 -f raw -o "$OUT/pyspy_all_w1.txt" >>"$OUT/pyspy.log" 2>&1 || tail -5 "$OUT/pyspy.log"
+kill -INT $pid; wait $pid
+tail -3 "$OUT/train_w1.log"
+
+stamp e2e
+$PY -m a3c_core bench --quick --seconds 10 --skip-gil --skip-env --workers 1,4,6,8,10,12,16 \
+    --json "$OUT/e2e.json" 2>&1 | tee "$OUT/e2e.log" | grep -E "^(train steps/s|scaling|step \(|learner us)"
+stamp done

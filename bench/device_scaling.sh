@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Throughput scaling from 1 to 16 worker threads on a 16-core machine
+# (issue 12), as one prepared command for a lent machine that has Python,
+# numpy, numba, Cython and setuptools but no package registry.
+#
+#   bash bench/device_scaling.sh OUT_DIR [WHEEL_DIR] [TRAINED_RUN]
+#
+# WHEEL_DIR holds wheels the machine lacks (vizdoom, gymnasium and
+# farama-notifications for its Python); TRAINED_RUN is a trained doom:basic
+# run directory (config.toml + checkpoints/latest.npz) for the converged
+# (short-episode) throughput.  Steps, each logged under OUT_DIR:
+#   1. machine facts (lscpu, THP, versions);
+#   2. build the Cython extensions in place (no install);
+#   3. `a3c bench` with end-to-end points at 1, 2, 4, 8, 12, 16 workers
+#      (JSON + log), then bench/scaling_model.py's projection from the same
+#      JSON, so measured and projected sit side by side;
+#   4. converged throughput at 1, 2, 4, 8, 16 workers (default rollout mode).
+set -u
+OUT=${1:?usage: device_scaling.sh OUT_DIR [WHEEL_DIR] [TRAINED_RUN]}
+WHL=${2:-}
+RUN=${3:-}
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+t0=$(date +%s)
+stamp() { echo "== $(( $(date +%s) - t0 )) s: $*"; }
+
+stamp facts
+{ nproc; lscpu; cat /sys/kernel/mm/transparent_hugepage/enabled; free -g; } >"$OUT/machine.txt" 2>&1
+grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket|L3)" "$OUT/machine.txt"
+
+if [ -n "$WHL" ]; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/a3c_site "$WHL"/*.whl || exit 1
+    export PYTHONPATH=/tmp/a3c_site${PYTHONPATH:+:$PYTHONPATH}
+fi
+$PY -c "import sys, numpy, numba, Cython, setuptools, vizdoom, gymnasium; print(sys.version.split()[0], 'numpy', numpy.__version__, 'numba', numba.__version__, 'Cython', Cython.__version__, 'vizdoom', vizdoom.__version__)" || exit 1
+
+stamp build
+$PY setup.py -q build_ext --inplace -j 8 >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export NUMBA_CACHE_DIR=/tmp/a3c_numba_cache
+
+stamp bench
+$PY -m a3c_core bench --workers 1,2,4,8,12,16 --json "$OUT/bench16.json" 2>&1 | tee "$OUT/bench16.log" | grep -vE "^\s*$" | tail -60
+stamp model
+$PY bench/scaling_model.py "$OUT/bench16.json" --workers 1,2,4,8,12,16 2>&1 | tee "$OUT/model_raw.txt"
+$PY bench/scaling_model.py "$OUT/bench16.json" --workers 1,2,4,8,12,16 \
+    --gil-row "GIL us/step (probe noise subtracted)" 2>&1 | tee "$OUT/model_net.txt"
+
+if [ -n "$RUN" ]; then
+    for w in 1 2 4 8 16; do
+        stamp "converged w$w"
+        $PY bench/converged_throughput.py "$RUN" --workers $w --seconds 8 --warmup 3 \
+            --repeats 1 --modes default --json "$OUT/conv_w$w.json" 2>&1 | tail -4
+    done
+fi
+stamp done
