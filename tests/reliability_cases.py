@@ -924,7 +924,8 @@ CASES = [
     _flag("flag-lstm-size-0", ["--lstm-size", "0"], ["lstm_size"]),
     _flag("flag-checkpoint-interval-negative", ["--checkpoint-interval=-1"], ["checkpoint_interval"]),
     _flag("flag-reward-clip-nan", ["--reward-clip", "nan"], ["reward_clip"]),
-    _flag("flag-lr-anneal-without-total", ["--lr-anneal", "--total-steps", "0"], ["lr_anneal"]),
+    _flag("flag-lr-anneal-without-total", ["--lr-anneal", "--lr-anneal-steps", "0", "--total-steps", "0"], ["lr_anneal"]),
+    _flag("flag-lr-anneal-floor-above-1", ["--lr-anneal-floor", "2"], ["lr_anneal_floor"]),
     _flag("flag-hidden-on-doom-spec", ["--hidden", "64"], ["hidden"], base=DOOM, needs=("doom",)),
     # -- invalid config values through TOML --
     _toml_case("toml-lr-string", 'env = "CartPole-v1"\nlr = "fast"\n', ["lr"]),

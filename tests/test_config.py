@@ -23,6 +23,16 @@ def test_defaults_are_the_standard_workload():
     assert not c.amsgrad("doom-lstm") and not c.amsgrad("atari-lstm")
     assert not Config(adam_amsgrad=False).amsgrad("mlp-lstm")
     assert Config(adam_amsgrad=True).amsgrad("doom-lstm")
+    # the anneal: on for Adam on doom-lstm, over its own 1M steps to a tenth
+    assert c.lr_anneal is None and (c.lr_anneal_steps, c.lr_anneal_floor) == (1_000_000, 0.1)
+    assert c.anneals("doom-lstm") and c.anneal_horizon("doom-lstm") == 1_000_000
+    assert not c.anneals("doom-ff") and not c.anneals("atari-lstm") and not c.anneals("mlp-lstm")
+    assert c.anneal_horizon("mlp-lstm") == 0
+    assert Config(total_steps=0).anneal_horizon("doom-lstm") == 1_000_000  # not the budget
+    assert Config(total_steps=5000, lr_anneal_steps=0).anneal_horizon("doom-lstm") == 5000
+    assert not Config(optimizer="rmsprop").anneals("doom-lstm")
+    assert not Config(lr_anneal=False).anneals("doom-lstm")
+    assert Config(lr_anneal=True).anneals("mlp-lstm")
     # one source of truth for optimizer defaults: the optimizer classes
     from a3c_core.core.optim import SGD
 
@@ -130,9 +140,15 @@ def test_toml_errors(tmp_path):
     assert c.t_max == 5 and c.lr == 1.0
 
 
-def test_lr_anneal_needs_total_steps():
-    with pytest.raises(ConfigError, match="'lr_anneal'"):
-        Config(lr_anneal=True, total_steps=0).validate()
+def test_lr_anneal_over_total_steps_needs_total_steps():
+    with pytest.raises(ConfigError, match="'lr_anneal'.*--lr-anneal-steps or --total-steps"):
+        Config(lr_anneal=True, lr_anneal_steps=0, total_steps=0).validate()
+    # its own horizon needs no budget
+    Config(lr_anneal=True, total_steps=0).validate()
+    Config(total_steps=0, lr_anneal_steps=0).validate()   # default (unset): no error
+    for field, bad in (("lr_anneal_floor", 1.5), ("lr_anneal_floor", -0.1), ("lr_anneal_steps", -1)):
+        with pytest.raises(ConfigError, match=f"'{field}'"):
+            Config(**{field: bad}).validate()
 
 
 def test_shipped_config_files_load():
@@ -143,8 +159,11 @@ def test_shipped_config_files_load():
     assert files
     for f in files:
         Config.from_toml(str(f))
-    assert Config.from_toml(str(root / "doom_basic.toml")) == Config().replace(
-        spec="doom-lstm", frame_skip=4, lr=1e-4)
+    basic = Config.from_toml(str(root / "doom_basic.toml"))
+    assert basic == Config().replace(spec="doom-lstm", frame_skip=4, lr=1e-4, lr_anneal=True)
+    # "the defaults, spelled out": the same optimizer as an unset config's
+    for name in ("learning_rate", "amsgrad", "anneals", "anneal_horizon"):
+        assert getattr(basic, name)("doom-lstm") == getattr(Config(), name)("doom-lstm"), name
     pong = Config.from_toml(str(root / "pong.toml"))
     assert (pong.env, pong.repeat_action_probability, pong.total_seconds) == ("ALE/Pong-v5", 0.0, 3600.0)
 

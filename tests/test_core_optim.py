@@ -183,6 +183,36 @@ def test_adam_anneal_against_a_numpy_twin():
     assert fresh.anneal_steps == 200 and fresh.step == 5
 
 
+@pytest.mark.parametrize("floor", [0.1, 0.25])
+def test_adam_anneal_floor_against_a_numpy_twin(floor):
+    """The anneal ends at lr * floor and stays there; the floor is saved with the
+    state and restored."""
+    rng = np.random.default_rng(4)
+    n, b1, b2, eps = 5, 0.9, 0.999, 1e-8
+    opt = Adam(n, lr=0.01, anneal_steps=100, anneal_floor=floor, amsgrad=True)
+    assert opt.lr_at(0) == 0.01 and opt.lr_at(50) == pytest.approx(0.005)
+    assert opt.lr_at(100 * (1 - floor)) == pytest.approx(0.01 * floor)
+    assert opt.lr_at(10**9) == pytest.approx(0.01 * floor)
+    p = rng.standard_normal(n).astype(np.float32)
+    ref, m, v, w = p.astype(np.float64), np.zeros(n), np.zeros(n), np.zeros(n)
+    for t, step in enumerate((0, 40, 95, 100, 5000), start=1):
+        g = rng.standard_normal(n).astype(np.float32)
+        opt.apply(p, g, global_step=step)
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g.astype(np.float64) ** 2
+        w = np.maximum(w, v)
+        lr_t = 0.01 * max(floor, 1 - step / 100)
+        ref = ref - lr_t * (m / (1 - b1 ** t)) / (np.sqrt(w / (1 - b2 ** t)) + eps)
+        np.testing.assert_allclose(p, ref, rtol=1e-5, atol=1e-7)
+    fresh = Adam(n, lr=0.01, amsgrad=True)
+    fresh.load_state_dict(opt.state_dict())
+    assert fresh.anneal_floor == floor and fresh.anneal_steps == 100
+    r = RMSProp(1, lr=1.0, anneal_steps=10, anneal_floor=floor)
+    assert r.lr_at(10**6) == pytest.approx(floor) and r.lr_at(5) == pytest.approx(max(floor, 0.5))
+    with pytest.raises(ValueError, match="anneal_floor"):
+        Adam(n, anneal_floor=1.5)
+
+
 def test_adam_hand_computed():
     p = np.array([1.0], np.float32)
     opt = Adam(1, lr=0.1, beta1=0.9, beta2=0.999, eps=1e-8)

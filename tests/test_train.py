@@ -272,15 +272,18 @@ def test_resume_with_mismatched_env_is_refused_and_keeps_checkpoint(tmp_path, ca
 
 
 def test_resume_with_a_larger_budget_anneals_over_it(tmp_path):
-    """--lr-anneal decays over the config's total_steps: a run resumed with a
-    larger --total-steps anneals over the new budget (its learning rate is
-    not stuck at 0 past the old one), and one resumed without the anneal
-    trains at the constant rate; the step count comes from the checkpoint."""
+    """--lr-anneal with --lr-anneal-steps 0 decays over the config's
+    total_steps: a run resumed with a larger --total-steps anneals over the
+    new budget (its learning rate is not stuck at 0 past the old one), and
+    one resumed without the anneal trains at the constant rate; the step
+    count comes from the checkpoint, the horizon and floor from the config."""
     run = str(tmp_path / "run")
     base = ["--env", "CartPole-v1", "--workers", "1", "--quiet", "--no-tensorboard"]
-    assert main(["train", *base, "--total-steps", "200", "--lr-anneal", "--run-dir", run]) == 0
+    assert main(["train", *base, "--total-steps", "200", "--lr-anneal", "--lr-anneal-steps", "0",
+                 "--lr-anneal-floor", "0", "--run-dir", run]) == 0
     ck = load_checkpoint(run)
     assert ck.meta["optimizer_scalars"]["anneal_steps"] == 200
+    assert ck.meta["optimizer_scalars"]["anneal_floor"] == 0.0
     assert ck.meta["counters"]["steps"] >= 200          # lr is 0 from here on at 200
     assert main(["train", "--resume", run, "--total-steps", "1000", "--quiet"]) == 0
     ck2 = load_checkpoint(run)
@@ -293,6 +296,12 @@ def test_resume_with_a_larger_budget_anneals_over_it(tmp_path):
     ck3 = load_checkpoint(run)
     assert ck3.meta["optimizer_scalars"]["anneal_steps"] == 0
     assert not np.array_equal(ck3.params, params_before)   # lr > 0: the weights moved
+    # a fixed horizon (the default form) does not follow the budget on resume
+    assert main(["train", "--resume", run, "--total-steps", "1400", "--lr-anneal",
+                 "--lr-anneal-steps", "5000", "--lr-anneal-floor", "0.2", "--quiet"]) == 0
+    ck4 = load_checkpoint(run)
+    assert ck4.meta["optimizer_scalars"]["anneal_steps"] == 5000
+    assert ck4.meta["optimizer_scalars"]["anneal_floor"] == pytest.approx(0.2)
 
 
 def test_policy_epsilon_changes_training_and_is_saved(tmp_path):
@@ -307,3 +316,30 @@ def test_policy_epsilon_changes_training_and_is_saved(tmp_path):
         assert ck.meta["config"]["policy_epsilon"] == eps
         params[eps] = ck.params
     assert not np.array_equal(params[0.0], params[0.2])
+
+
+@pytest.mark.parametrize("extra, want", [
+    ({}, (False, 1e-4, 1_000_000, 0.1)),                     # doom-lstm defaults
+    ({"total_steps": 0, "total_seconds": 60.0}, (False, 1e-4, 1_000_000, 0.1)),  # budget-free
+    ({"lr_anneal_steps": 0, "lr_anneal_floor": 0.0}, (False, 1e-4, 50_000, 0.0)),  # the paper's
+    ({"lr_anneal": False, "adam_amsgrad": True, "lr": 2e-4}, (True, 2e-4, 0, 0.1)),
+    ({"spec": "doom-ff"}, (False, 1e-4, 0, 0.1)),
+])
+def test_trainer_builds_the_documented_adam_defaults(tmp_path, extra, want):
+    """The trainer's Adam follows Config's spec defaults: doom-lstm's anneals over
+    its first 1M steps to a tenth, whatever the budget; explicit values and
+    other specs do not."""
+    kw = dict(env="doom:basic", workers=1, total_steps=50_000, quiet=True, tensorboard=False,
+              checkpoint_interval=0, run_dir=str(tmp_path / "run"))
+    kw.update(extra)
+    trainer = Trainer(Config(**kw))
+    try:
+        opt = trainer.shared.optimizer
+        assert (opt.amsgrad, opt.lr, opt.anneal_steps, opt.anneal_floor) == \
+            (want[0], pytest.approx(want[1]), want[2], pytest.approx(want[3]))
+        if want[2]:
+            lr0 = opt.lr_at(0)
+            assert opt.lr_at(want[2] // 2) == pytest.approx(lr0 * max(want[3], 0.5))
+            assert opt.lr_at(10 * want[2]) == pytest.approx(lr0 * want[3])
+    finally:
+        trainer.close()

@@ -134,13 +134,17 @@ class Optimizer:
         offset = int(offset) % n
         return (slice(None),) if offset == 0 else (slice(offset, None), slice(0, offset))
 
-    #: > 0: the learning rate decays linearly to 0 at this global step
+    #: > 0: the learning rate decays linearly to ``lr * anneal_floor`` at this
+    #: global step, and stays there
     anneal_steps = 0
+    #: the annealed rate's final fraction of ``lr``, in [0, 1]
+    anneal_floor = 0.0
 
     def lr_at(self, global_step=0):
-        """Learning rate used by an apply at ``global_step``."""
+        """Learning rate used by an apply at ``global_step``:
+        ``lr * max(anneal_floor, 1 - global_step / anneal_steps)`` while annealing."""
         if self.anneal_steps > 0:
-            return self.lr * max(0.0, 1.0 - global_step / self.anneal_steps)
+            return self.lr * max(self.anneal_floor, 1.0 - global_step / self.anneal_steps)
         return self.lr
 
     def clip_scale(self, norm):
@@ -215,22 +219,23 @@ class RMSProp(Optimizer):
 
     ``eps`` is inside the square root (paper / TF convention; 0.1 is the A3C
     default).  With ``anneal_steps > 0`` the learning rate decays linearly,
-    lr_t = lr * max(0, 1 - global_step/anneal_steps), ``global_step`` being
+    lr_t = lr * max(anneal_floor, 1 - global_step/anneal_steps), ``global_step`` being
     the value passed to :meth:`apply` (the shared step counter).
     Statistics start at zero.
     """
 
     name = "rmsprop"
-    _hyper = ("lr", "alpha", "eps")
+    _hyper = ("lr", "alpha", "eps", "anneal_floor")
     _ints = ("anneal_steps",)
     _arrays = ("square_avg",)
 
-    def __init__(self, n_params, lr=7e-4, alpha=0.99, eps=0.1, anneal_steps=0):
+    def __init__(self, n_params, lr=7e-4, alpha=0.99, eps=0.1, anneal_steps=0, anneal_floor=0.0):
         super().__init__(n_params)
         self.lr = _check_float("lr", lr, lo=0.0)
         self.alpha = _check_float("alpha", alpha, lo=0.0, hi=1.0, hi_open=True)
         self.eps = _check_float("eps", eps, lo=0.0, lo_open=True)
         self.anneal_steps = _check_positive_int("anneal_steps", anneal_steps, allow_zero=True)
+        self.anneal_floor = _check_float("anneal_floor", anneal_floor, lo=0.0, hi=1.0)
 
     def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0, out=None,
               grad_sumsq=None):
@@ -252,7 +257,7 @@ class Adam(Optimizer):
     count, the well-known bug in A3C ports, lags by the number of workers
     and over-corrects early updates.)  ``global_step`` (agent steps, the
     shared counter) only matters with ``anneal_steps > 0``: then, as in
-    :class:`RMSProp` and the A3C paper, lr_t = lr * max(0, 1 -
+    :class:`RMSProp` and the A3C paper, lr_t = lr * max(anneal_floor, 1 -
     global_step/anneal_steps).
 
     ``amsgrad=True`` (Reddi et al. 2018; PyTorch's ``amsgrad``) keeps a third
@@ -269,7 +274,7 @@ class Adam(Optimizer):
     """
 
     name = "adam"
-    _hyper = ("lr", "beta1", "beta2", "eps", "clip_relative")
+    _hyper = ("lr", "beta1", "beta2", "eps", "clip_relative", "anneal_floor")
     _ints = ("step", "anneal_steps")
     _arrays = ("exp_avg", "exp_avg_sq")
 
@@ -278,7 +283,7 @@ class Adam(Optimizer):
     RESYNC_EVERY = 1000
 
     def __init__(self, n_params, lr=1e-4, beta1=0.9, beta2=0.999, eps=1e-8,
-                 clip_relative=0.0, amsgrad=False, anneal_steps=0):
+                 clip_relative=0.0, amsgrad=False, anneal_steps=0, anneal_floor=0.0):
         if not isinstance(amsgrad, (bool, np.bool_)):
             raise TypeError(f"amsgrad must be a bool, got {type(amsgrad).__name__}")
         #: AMSGrad: the step divides by the running maximum of v (one more array)
@@ -292,6 +297,7 @@ class Adam(Optimizer):
         self.eps = _check_float("eps", eps, lo=0.0, lo_open=True)
         self.clip_relative = _check_float("clip_relative", clip_relative, lo=0.0)
         self.anneal_steps = _check_positive_int("anneal_steps", anneal_steps, allow_zero=True)
+        self.anneal_floor = _check_float("anneal_floor", anneal_floor, lo=0.0, hi=1.0)
         self.step = 0
         self.relative_clips = 0    # applies whose gradient clip_scale shrank
         self.relative_checks = 0   # applies clip_scale was asked about while the clip is on

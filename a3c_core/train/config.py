@@ -42,6 +42,17 @@ def _spec_options(spec: str) -> tuple:
 VECTOR_SPEC_ADAM_LR = 3e-4
 VECTOR_SPECS = ("mlp", "mlp-lstm")
 
+#: Specs whose Adam anneals by default (``Config.anneals``): linearly over the
+#: first ``lr_anneal_steps`` (1M) agent steps to ``lr_anneal_floor`` (a tenth),
+#: whatever the run's budget, so a short run trains like the start of a long
+#: one.  doom-lstm on doom:basic (2 workers, bench/RESULTS.md): without it
+#: Adam kept moving converged weights by a constant step and the 1,000-episode
+#: average fell below 70 in 1 of 7 seeds to 1M steps (13 dips of avg100 below
+#: 50 in 5.4M post-crossing steps); annealed to 0 over 1M it held in 4 of 4
+#: (one dip in 3M).  An anneal over the main job's 300k steps instead never
+#: left random play.
+ANNEALED_SPECS = ("doom-lstm",)
+
 
 def default_lr(optimizer: str, spec: str | None = None) -> float:
     """The default learning rate: the optimizer's own (:mod:`a3c_core.core.optim`),
@@ -75,6 +86,8 @@ _RANGES = {
     "reward_window": (1, 1_000_000),
     "seed": (0, 2**32 - 1),
     "lr": (0.0, 1.0),
+    "lr_anneal_steps": (0, 10**15),
+    "lr_anneal_floor": (0.0, 1.0),
     "entropy_beta": (0.0, 10.0),
     "value_coef": (0.0, 1000.0),
     "max_grad_norm": (0.0, 1e9),
@@ -110,13 +123,15 @@ class Config:
     truncation_bootstrap: Optional[bool] = _f(None, "bootstrap from V(s_T) when an episode is cut by a time limit (default: false for doom, where the scenario timeout is part of the task and bootstrapping it drives V to the endless living penalty; true for gymnasium/Atari time limits)")
     optimizer: str = _f("adam", "shared optimizer: adam (shared moments and step; learns doom:basic fastest here), rmsprop (A3C paper, shared statistics) or sgd")
     lr: float = _f(0.0, "learning rate, in [0, 1] (0 = the default: rmsprop 7e-4, sgd 1e-3, adam 1e-4 for image networks and 3e-4 for the vector ones, mlp and mlp-lstm)")
-    lr_anneal: bool = _f(False, "anneal the learning rate linearly to 0 over total_steps (rmsprop, adam; as in the A3C paper)")
+    lr_anneal: Optional[bool] = _f(None, "anneal the learning rate linearly from lr to lr x lr_anneal_floor over the first lr_anneal_steps agent steps, then hold it (rmsprop, adam). Default: on for adam on doom-lstm, where it keeps a converged doom:basic policy learned (bench/RESULTS.md); off otherwise")
+    lr_anneal_steps: int = _f(1_000_000, "agent steps the anneal lasts, independent of the run's budget so a short run trains like the start of a long one (0 = total_steps: the A3C paper's anneal to the end of the run)")
+    lr_anneal_floor: float = _f(0.1, "where the anneal ends, as a fraction of lr, in [0, 1] (0 with lr_anneal_steps 0: the A3C paper's linear decay to 0)")
     rmsprop_alpha: float = _f(0.99, "RMSProp decay of the shared squared-gradient statistics, in [0, 1)")
     rmsprop_eps: float = _f(0.1, "RMSProp epsilon (inside the square root, as in the paper), > 0")
     adam_beta1: float = _f(0.9, "Adam beta1, in [0, 1)")
     adam_beta2: float = _f(0.999, "Adam beta2, in [0, 1)")
     adam_eps: float = _f(1e-8, "Adam epsilon, > 0")
-    adam_amsgrad: Optional[bool] = _f(None, "Adam: AMSGrad, divide the step by the running maximum of the second moments, so the step shrinks with the gradients once they shrink (default: on for the vector specs mlp and mlp-lstm, where it lets their 3e-4 learning rate reach CartPole's 475 within 30 s in 5 of 6 seeds with fewer collapses than plain Adam at that rate; off for the image specs, where it slowed doom:basic's first crossing of 75; bench/RESULTS.md)")
+    adam_amsgrad: Optional[bool] = _f(None, "Adam: AMSGrad, divide the step by the running maximum of the second moments, so the step shrinks with the gradients once they shrink (default: on for the vector specs mlp and mlp-lstm, where it lets their 3e-4 learning rate reach CartPole's 475 within 30 s in 5 of 6 seeds with fewer collapses than plain Adam at that rate; off for the image specs, where it slowed doom:basic's first crossing of 75, and at 2e-4 left one seed in 4 at random play for 600k steps; bench/RESULTS.md)")
     adam_clip_relative: float = _f(0.0, "Adam: also clip each gradient to this many times the norm Adam's second moments expect, sqrt(sum v_hat), so that a burst after convergence cannot move every weight by 3.2 x lr (0 = off; see Adam.clip_scale)")
     entropy_beta: float = _f(0.01, "entropy bonus coefficient, in [0, 10] (rewards are normalized by default, so one value fits every env)")
     entropy_target: float = _f(0.0, "entropy floor, as a fraction of the most a policy can have, ln(n_actions), in [0, 1]: while the rollouts' mean entropy is below it the entropy coefficient rises above entropy_beta (x100 at most) and falls back to it above (0 = off, a fixed entropy_beta). Off by default: on doom:basic at 0.1 it lifted 2 of 3 converged runs to ~0.2 nats, but in the third the coefficient wound up to x19 before the policy moved, and it then jumped to uniform play (bench/RESULTS.md)")
@@ -164,6 +179,20 @@ class Config:
         if self.adam_amsgrad is not None:
             return bool(self.adam_amsgrad)
         return spec in VECTOR_SPECS
+
+    def anneals(self, spec: str | None = None) -> bool:
+        """``lr_anneal``, or when it is unset the default for the optimizer and the
+        network spec the run resolved: on for Adam on doom-lstm (:data:`ANNEALED_SPECS`)."""
+        if self.lr_anneal is not None:
+            return bool(self.lr_anneal)
+        return self.optimizer == "adam" and spec in ANNEALED_SPECS
+
+    def anneal_horizon(self, spec: str | None = None) -> int:
+        """The optimizer's ``anneal_steps``: 0 when the run does not anneal, else
+        ``lr_anneal_steps`` (or ``total_steps`` when that is 0)."""
+        if not self.anneals(spec):
+            return 0
+        return self.lr_anneal_steps if self.lr_anneal_steps > 0 else self.total_steps
 
     def hidden_sizes(self) -> tuple:
         return tuple(int(h) for h in str(self.hidden).split(",") if h.strip())
@@ -299,8 +328,9 @@ class Config:
             bad("adam_clip_relative", "must be in [0, 1e9] (0 = off)")
         if self.min_rollout > self.t_max:
             bad("min_rollout", f"must be <= t_max ({self.t_max}): a rollout has at most t_max steps")
-        if self.lr_anneal and self.total_steps == 0:
-            bad("lr_anneal", "needs total_steps > 0 to anneal over")
+        if self.lr_anneal and self.lr_anneal_steps == 0 and self.total_steps == 0:
+            bad("lr_anneal", "with lr_anneal_steps 0 anneals over total_steps, which is 0 "
+                "(no limit): set --lr-anneal-steps or --total-steps")
         if self.reward_scale is not None and not self.reward_scale > 0:
             bad("reward_scale", "must be > 0")
         return self

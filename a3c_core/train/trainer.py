@@ -316,13 +316,14 @@ class Trainer:
     def _opt_kwargs(self):
         c = self.cfg
         lr = c.learning_rate(self.spec_name)
+        anneal = dict(anneal_steps=c.anneal_horizon(self.spec_name),
+                      anneal_floor=c.lr_anneal_floor)
         if c.optimizer == "rmsprop":
-            return dict(lr=lr, alpha=c.rmsprop_alpha, eps=c.rmsprop_eps,
-                        anneal_steps=c.total_steps if c.lr_anneal else 0)
+            return dict(lr=lr, alpha=c.rmsprop_alpha, eps=c.rmsprop_eps, **anneal)
         if c.optimizer == "adam":
             return dict(lr=lr, beta1=c.adam_beta1, beta2=c.adam_beta2, eps=c.adam_eps,
                         clip_relative=c.adam_clip_relative, amsgrad=c.amsgrad(self.spec_name),
-                        anneal_steps=c.total_steps if c.lr_anneal else 0)
+                        **anneal)
         return dict(lr=lr)
 
     def _settings(self) -> RolloutSettings:
@@ -345,9 +346,10 @@ class Trainer:
             )
         # statistics and step counts come from the checkpoint; hyperparameters
         # (lr, alpha, eps, betas) from the config, so a resume may change them.
-        # So does the anneal horizon: --lr-anneal decays over the config's
-        # total_steps, and a run resumed with a larger --total-steps anneals
-        # over the new budget instead of sitting at lr 0 past the old one
+        # So do the anneal's horizon and floor (anneal_floor is a hyper): with
+        # --lr-anneal-steps 0 the anneal runs over the config's total_steps,
+        # and a run resumed with a larger --total-steps anneals over the new
+        # budget instead of sitting at lr 0 past the old one
         opt = self.shared.optimizer
         owned = set(getattr(opt, "_hyper", ())) | {"anneal_steps"}
         opt_state = {k: v for k, v in ckpt.meta.get("optimizer_scalars", {}).items()
