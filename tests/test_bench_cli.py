@@ -391,3 +391,28 @@ def test_scaling_model_projects_from_either_gil_row(tmp_path, capsys):
     with pytest.raises(SystemExit):
         sm.main([str(path)])
     assert "GIL us/step" in capsys.readouterr().err
+
+
+def test_standin_scaling_prints_a_rate_per_worker_count(capsys):
+    """bench/standin_scaling.py: every requested count gets a row with a positive
+    rate (the threads really stepped) and bad counts are refused."""
+    import importlib.util
+    import os
+    import sys
+
+    path = os.path.join(os.path.dirname(__file__), "..", "bench", "standin_scaling.py")
+    spec = importlib.util.spec_from_file_location("standin_scaling", path)
+    ss = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ss)
+    saved = list(sys.path)
+    try:
+        assert ss.main(["--workers", "1,2", "--seconds", "0.4", "--warmup", "0.2"]) == 0
+    finally:
+        sys.path[:] = saved
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [r[0] for r in rows] == ["1", "2"]
+    assert all(float(r[1]) > 0 for r in rows)
+    assert rows[0][2] == "1.00x"
+    for bad in ("0", "x", ""):
+        with pytest.raises(SystemExit):
+            ss.main(["--workers", bad])
