@@ -67,9 +67,10 @@ def _cmd_train(args):
             if not os.path.isdir(args.resume):
                 raise CheckpointError(f"--resume: run directory not found: {args.resume}")
             if os.path.exists(saved):
-                base = Config.from_toml(saved)
+                base = Config.from_toml(saved, saved_run=True)
             else:
-                base = Config.from_dict(ck.find_resume_checkpoint(args.resume).meta["config"])
+                base = Config.from_dict(ck.find_resume_checkpoint(args.resume).meta["config"],
+                                        saved_run=True)
             changes = {f.name: getattr(args, f.name) for f in _fields(Config)
                        if getattr(args, f.name) is not None}
             cfg = base.replace(run_dir=args.resume, **changes)

@@ -183,3 +183,23 @@ def test_trainer_settings_carry_the_effective_min_rollout():
         t.cfg, t.n_actions = cfg, 3
         s = t._settings()
         assert s.min_steps == want and s.t_max == 20
+
+
+def test_a_run_saved_before_the_anneal_horizon_keeps_its_schedule_on_resume(tmp_path):
+    """A config.toml written before lr_anneal_steps existed meant --lr-anneal
+    over total_steps to 0: resuming it keeps that; a new config's lr_anneal
+    uses the new fields' defaults, and an old run without the anneal stays off."""
+    old = tmp_path / "config.toml"
+    old.write_text('env = "CartPole-v1"\nlr_anneal = true\ntotal_steps = 5000000\n')
+    c = Config.from_toml(str(old), saved_run=True)
+    assert (c.lr_anneal_steps, c.lr_anneal_floor) == (0, 0.0)
+    assert c.anneal_horizon("mlp-lstm") == 5_000_000
+    fresh = Config.from_toml(str(old))                      # a user's config file
+    assert (fresh.lr_anneal_steps, fresh.lr_anneal_floor) == (1_000_000, 0.1)
+    new = tmp_path / "new.toml"
+    new.write_text('lr_anneal = true\nlr_anneal_steps = 2000\nlr_anneal_floor = 0.5\n')
+    c2 = Config.from_toml(str(new), saved_run=True)
+    assert (c2.lr_anneal_steps, c2.lr_anneal_floor) == (2000, 0.5)
+    off = tmp_path / "off.toml"
+    off.write_text("lr_anneal = false\n")
+    assert not Config.from_toml(str(off), saved_run=True).anneals("doom-lstm")

@@ -340,8 +340,13 @@ class Config:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict, *, source: str = "config") -> "Config":
+    def from_dict(cls, d: dict, *, source: str = "config", saved_run: bool = False) -> "Config":
+        """``saved_run``: ``d`` is the config a run saved (``--resume``); one saved
+        before ``lr_anneal_steps`` existed, with ``lr_anneal`` on, keeps the
+        schedule it was trained with (to 0 over ``total_steps``)."""
         known = {f.name: f for f in fields(cls)}
+        if saved_run and d.get("lr_anneal") is True and "lr_anneal_steps" not in d:
+            d = dict(d, lr_anneal_steps=0, lr_anneal_floor=0.0)
         kwargs = {}
         for k, v in d.items():
             key = k.replace("-", "_")
@@ -353,7 +358,7 @@ class Config:
         return cls(**kwargs).validate()
 
     @classmethod
-    def from_toml(cls, path: str) -> "Config":
+    def from_toml(cls, path: str, *, saved_run: bool = False) -> "Config":
         import tomllib
 
         try:
@@ -364,7 +369,7 @@ class Config:
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
         data = data.get("a3c", data)  # allow an [a3c] table or top-level keys
-        return cls.from_dict(data, source=path)
+        return cls.from_dict(data, source=path, saved_run=saved_run)
 
     def to_toml(self) -> str:
         lines = ["# a3c_core training configuration"]
