@@ -61,7 +61,15 @@ else:
             for t in range(3):
                 _, _, s = net.step(obs[t], s, record=True)
             net.rollout_grad(np.zeros(3, np.int64), np.zeros(3, np.float32), np.zeros(3, np.float32))
-    warm_up_network(net)                                                  # what Trainer runs
+    try:    # the trainer's default rollouts: with --min-rollout > 1 it also compiles the reset backward
+        from a3c_core.train.config import Config
+        reset = Config().effective_min_rollout() > 1
+    except (ImportError, AttributeError):
+        reset = False
+    if reset:
+        warm_up_network(net, True)                                        # what Trainer runs
+    else:
+        warm_up_network(net)
 print(json.dumps({"seconds": time.perf_counter() - t0, "import": t_import, "events": events}))
 """
 

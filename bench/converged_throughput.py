@@ -1,28 +1,29 @@
 """Training throughput once the agent is good (short episodes), per rollout mode.
 
     python bench/converged_throughput.py RUN_DIR [--workers 2] [--seconds 10] [--repeats 3]
-        [--modes default,cross,min:10]
+        [--modes paper,cross,min:10]
 
 RUN_DIR is a trained run (e.g. ``a3c train --target-reward 75 --run-dir runs/basic``):
 each measurement copies it to a temporary directory and resumes from its
 latest checkpoint (the run itself is not changed), so the workers play the
-trained policy and its short episodes.  Modes, measured in turn (``default``,
-``cross``, ``default``, ``cross``, ... so that machine load hits them alike):
+trained policy and its short episodes.  Modes, measured in turn (``paper``,
+``cross``, ``paper``, ``cross``, ... so that machine load hits them alike):
 
-* ``default``: ``--min-rollout 0``, a rollout ends with its episode (the A3C
-  paper's worker, and the trainer's default);
+* ``paper`` (older name: ``default``): ``--min-rollout 0``, a rollout ends
+  with its episode (the A3C paper's worker; the trainer's default until the
+  third session of 2026-11-26, which made it ``min:10``, t_max / 2);
 * ``cross``: ``--cross-episode``: every rollout has ``t_max`` steps and runs
   on into the next episode, so an update's fixed costs are paid once per
   ``t_max`` steps;
 * ``min:K``: ``--min-rollout K``: a rollout runs on into the next episode
   until it holds K steps, then ends at the next episode end (or ``t_max``).
 
-Every mode sets both options (``default`` is ``--min-rollout 0`` without
+Every mode sets both options (``paper`` is ``--min-rollout 0`` without
 ``--cross-episode``), whatever the run was trained with.
 
 Each measurement: start, wait ``--warmup`` s, then count agent steps and
 episodes over ``--seconds``.  Prints one line per measurement and a table of
-medians with the per-pair ratio cross/default; ``--json`` writes everything.
+medians with the per-pair ratio of each mode to paper; ``--json`` writes everything.
 Never run it beside a training run: it needs every core.
 """
 from __future__ import annotations
@@ -97,16 +98,17 @@ def main(argv=None):
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--warmup", type=float, default=3.0)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--modes", default="default,cross")
+    p.add_argument("--modes", default="paper,cross")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     if not os.path.isdir(a.run_dir):
         p.error(f"run directory not found: {a.run_dir}")
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
-    bad = [m for m in modes if m not in ("default", "cross")
+    modes = ["paper" if m == "default" else m for m in modes]    # the older name
+    bad = [m for m in modes if m not in ("paper", "cross")
            and not (m.startswith("min:") and m[4:].isdigit())]
     if bad:
-        p.error(f"unknown mode(s) {bad}; choose from default, cross, min:K (K an integer)")
+        p.error(f"unknown mode(s) {bad}; choose from paper, cross, min:K (K an integer)")
     rows = []
     for rep in range(a.repeats):
         for m in modes:
@@ -122,14 +124,14 @@ def main(argv=None):
         v = [r["steps_per_s"] for r in rows if r["mode"] == m]
         le = statistics.median(r["mean_episode_steps"] for r in rows if r["mode"] == m)
         print(f"| {m} | {statistics.median(v):,.0f} | {min(v):,.0f} | {max(v):,.0f} | {le:.1f} |")
-    if "default" in modes:
-        base = [r for r in rows if r["mode"] == "default"]
+    if "paper" in modes:
+        base = [r for r in rows if r["mode"] == "paper"]
         for m in modes:
-            if m == "default":
+            if m == "paper":
                 continue
             ratios = [c["steps_per_s"] / d["steps_per_s"]
                       for d, c in zip(base, [r for r in rows if r["mode"] == m])]
-            print(f"\n{m}/default per pair: {', '.join(f'{x:.2f}' for x in ratios)}; "
+            print(f"\n{m}/paper per pair: {', '.join(f'{x:.2f}' for x in ratios)}; "
                   f"median {statistics.median(ratios):.2f}")
     if a.json:
         with open(a.json, "w") as f:
