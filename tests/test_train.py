@@ -343,3 +343,31 @@ def test_trainer_builds_the_documented_adam_defaults(tmp_path, extra, want):
             assert opt.lr_at(10 * want[2]) == pytest.approx(lr0 * want[3])
     finally:
         trainer.close()
+
+
+def test_a_resumed_run_keeps_the_rate_it_trained_with(tmp_path, monkeypatch):
+    """lr 0 means "the default": a run resumed after the default changed (here:
+    the vector specs' Adam rate, patched) keeps the rate its checkpoint
+    recorded; an explicit --lr on resume still wins."""
+    import a3c_core.train.config as config_mod
+
+    run = str(tmp_path / "run")
+    assert main(["train", "--env", "CartPole-v1", "--workers", "1", "--quiet", "--no-tensorboard",
+                 "--total-steps", "200", "--run-dir", run]) == 0
+    ck = load_checkpoint(run)
+    assert ck.meta["config"]["lr"] == 0.0
+    assert ck.meta["optimizer_scalars"]["lr"] == pytest.approx(config_mod.VECTOR_SPEC_ADAM_LR)
+    monkeypatch.setattr(config_mod, "VECTOR_SPEC_ADAM_LR", 1e-3)     # "a newer default"
+    base = Config.from_toml(os.path.join(run, "config.toml"), saved_run=True)
+    for lr, want in ((0.0, ck.meta["optimizer_scalars"]["lr"]), (5e-5, 5e-5)):
+        trainer = Trainer(base.replace(run_dir=run, lr=lr, total_steps=400), resume=run)
+        try:
+            assert trainer.shared.optimizer.lr == pytest.approx(want)
+        finally:
+            trainer.close()
+    fresh = Trainer(Config(env="CartPole-v1", workers=1, quiet=True, tensorboard=False,
+                           run_dir=str(tmp_path / "fresh")))
+    try:
+        assert fresh.shared.optimizer.lr == pytest.approx(1e-3)        # a new run: the new default
+    finally:
+        fresh.close()

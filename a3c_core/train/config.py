@@ -122,7 +122,7 @@ class Config:
     gae_lambda: float = _f(1.0, "GAE lambda, in [0, 1] (1.0 = n-step returns as in the A3C paper)")
     truncation_bootstrap: Optional[bool] = _f(None, "bootstrap from V(s_T) when an episode is cut by a time limit (default: false for doom, where the scenario timeout is part of the task and bootstrapping it drives V to the endless living penalty; true for gymnasium/Atari time limits)")
     optimizer: str = _f("adam", "shared optimizer: adam (shared moments and step; learns doom:basic fastest here), rmsprop (A3C paper, shared statistics) or sgd")
-    lr: float = _f(0.0, "learning rate, in [0, 1] (0 = the default: rmsprop 7e-4, sgd 1e-3, adam 1e-4 for image networks and 3e-4 for the vector ones, mlp and mlp-lstm)")
+    lr: float = _f(0.0, "learning rate, in [0, 1] (0 = the default: rmsprop 7e-4, sgd 1e-3, adam 1e-4 for image networks and 3e-4 for the vector ones, mlp and mlp-lstm). A resumed run keeps the rate it trained with unless lr is given")
     lr_anneal: Optional[bool] = _f(None, "anneal the learning rate linearly from lr to lr x lr_anneal_floor over the first lr_anneal_steps agent steps, then hold it (rmsprop, adam). Default: on for adam on doom-lstm, where it keeps a converged doom:basic policy learned (bench/RESULTS.md); off otherwise")
     lr_anneal_steps: int = _f(1_000_000, "agent steps the anneal lasts, independent of the run's budget so a short run trains like the start of a long one (0 = total_steps: the A3C paper's anneal to the end of the run)")
     lr_anneal_floor: float = _f(0.1, "where the anneal ends, as a fraction of lr, in [0, 1] (0 with lr_anneal_steps 0: the A3C paper's linear decay to 0)")

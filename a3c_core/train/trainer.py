@@ -295,6 +295,13 @@ class Trainer:
         self.layout = layout_of(net)
         # one preprocessing spec, stored once: the env spec records the pipeline used
         self.env_spec = dict(env.spec(), preprocess=dict(self.pipeline_spec))
+        # a resumed run keeps the learning rate it trained with unless the config
+        # names one (lr 0 = the default, which a newer version may have changed)
+        saved_lr = None
+        if ckpt is not None and cfg.lr == 0 and ckpt.meta.get("optimizer") == cfg.optimizer:
+            saved_lr = (ckpt.meta.get("optimizer_scalars") or {}).get("lr")
+        self._saved_lr = float(saved_lr) if isinstance(saved_lr, (int, float)) and saved_lr > 0 \
+            else None
         opt = make_optimizer(cfg.optimizer, net.n_params, **self._opt_kwargs())
         self.shared = SharedState(net.params, opt)
         self.normalizer = None if cfg.reward_scale is not None else ReturnNormalizer(cfg.gamma)
@@ -315,7 +322,7 @@ class Trainer:
 
     def _opt_kwargs(self):
         c = self.cfg
-        lr = c.learning_rate(self.spec_name)
+        lr = getattr(self, "_saved_lr", None) or c.learning_rate(self.spec_name)
         anneal = dict(anneal_steps=c.anneal_horizon(self.spec_name),
                       anneal_floor=c.lr_anneal_floor)
         if c.optimizer == "rmsprop":
