@@ -10,8 +10,7 @@ trained policy and its short episodes.  Modes, measured in turn (``paper``,
 ``cross``, ``paper``, ``cross``, ... so that machine load hits them alike):
 
 * ``paper`` (older name: ``default``): ``--min-rollout 0``, a rollout ends
-  with its episode (the A3C paper's worker; the trainer's default until the
-  third session of 2026-11-26, which made it ``min:10``, t_max / 2);
+  with its episode (the A3C paper's worker, and the trainer's default);
 * ``cross``: ``--cross-episode``: every rollout has ``t_max`` steps and runs
   on into the next episode, so an update's fixed costs are paid once per
   ``t_max`` steps;

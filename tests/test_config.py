@@ -160,8 +160,7 @@ def test_shipped_config_files_load():
     for f in files:
         Config.from_toml(str(f))
     basic = Config.from_toml(str(root / "doom_basic.toml"))
-    assert basic == Config().replace(spec="doom-lstm", frame_skip=4, lr=1e-4, lr_anneal=True,
-                                     min_rollout=10)
+    assert basic == Config().replace(spec="doom-lstm", frame_skip=4, lr=1e-4, lr_anneal=True)
     # "the defaults, spelled out": the same optimizer as an unset config's
     for name in ("learning_rate", "amsgrad", "anneals", "anneal_horizon"):
         assert getattr(basic, name)("doom-lstm") == getattr(Config(), name)("doom-lstm"), name
@@ -169,36 +168,21 @@ def test_shipped_config_files_load():
     assert (pong.env, pong.repeat_action_probability, pong.total_seconds) == ("ALE/Pong-v5", 0.0, 3600.0)
 
 
-def test_min_rollout_default_follows_t_max_and_cross_episode_overrides_it():
-    assert Config().effective_min_rollout() == 10              # t_max 20 / 2
-    assert Config(t_max=5).effective_min_rollout() == 2
-    assert Config(t_max=1).effective_min_rollout() == 0        # every rollout is 1 step anyway
-    assert Config(min_rollout=0).effective_min_rollout() == 0  # the A3C paper's rollouts
+def test_min_rollout_default_is_the_papers_rollouts_and_cross_episode_overrides_it():
+    assert Config().effective_min_rollout() == 0               # the A3C paper's rollouts
     assert Config(min_rollout=7).effective_min_rollout() == 7
     assert Config(cross_episode=True, min_rollout=3).effective_min_rollout() == 20
     assert Config(t_max=5, cross_episode=True).effective_min_rollout() == 5
-    Config(t_max=5).validate()                                  # the default never exceeds t_max
 
 
 def test_trainer_settings_carry_the_effective_min_rollout():
     from a3c_core.train.trainer import Trainer
 
-    for cfg, want in ((Config(), 10), (Config(min_rollout=0), 0), (Config(min_rollout=7), 7),
-                      (Config(cross_episode=True), 20)):
+    for cfg, want in ((Config(), 0), (Config(min_rollout=10), 10), (Config(cross_episode=True), 20)):
         t = Trainer.__new__(Trainer)        # _settings reads only the config and n_actions
         t.cfg, t.n_actions = cfg, 3
         s = t._settings()
         assert s.min_steps == want and s.t_max == 20
-
-
-def test_a_saved_run_keeps_its_explicit_min_rollout(tmp_path):
-    """Runs saved while min_rollout was a plain int wrote ``min_rollout = 0``:
-    resuming one keeps the A3C paper's rollouts; an unset field takes the default."""
-    (tmp_path / "old.toml").write_text(Config(min_rollout=0).to_toml())
-    assert Config.from_toml(str(tmp_path / "old.toml"), saved_run=True).effective_min_rollout() == 0
-    (tmp_path / "new.toml").write_text(Config().to_toml())
-    assert "# min_rollout = (unset)" in (tmp_path / "new.toml").read_text()
-    assert Config.from_toml(str(tmp_path / "new.toml"), saved_run=True).effective_min_rollout() == 10
 
 
 def test_a_run_saved_before_the_anneal_horizon_keeps_its_schedule_on_resume(tmp_path):

@@ -144,7 +144,7 @@ class Config:
     advantage_scale_max: float = _f(0.0, "with normalize_advantages: the most the advantages are multiplied by (0 = no cap). Dividing by a small RMS amplifies them; after convergence on doom:basic the multiplier reached x6-20 before every collapse seen (bench/RESULTS.md)")
     advantage_horizon: float = _f(20_000.0, "with normalize_advantages: the advantages' RMS is a moving average over about this many samples (0 = over the whole run)")
     cross_episode: bool = _f(False, "rollouts of exactly t_max steps that run on into the next episode (LSTM state reset, no gradient across): one update per t_max steps however short the episodes")
-    min_rollout: Optional[int] = _f(None, "a rollout that reaches an episode's end with fewer than this many steps runs on into the next episode (LSTM state reset, no gradient across) and ends at the first episode end from this many steps on, or at t_max. Default t_max / 2 (10): with short episodes an update's fixed costs (the norm and Adam passes over every weight) are paid once per two or more episodes, so a learned doom:basic agent trains at ~1.3x the agent steps/s; with the learning-rate anneal it stayed learned to 1M steps on 3 of 3 seeds (bench/RESULTS.md). 0 = every rollout ends with its episode, as in the A3C paper; --cross-episode is min_rollout = t_max")
+    min_rollout: int = _f(0, "a rollout that reaches an episode's end with fewer than this many steps runs on into the next episode (LSTM state reset, no gradient across) and ends at the first episode end from this many steps on, or at t_max; 0 = every rollout ends with its episode, as in the A3C paper (--cross-episode is min_rollout = t_max). At 10 a learned doom:basic agent trains at 1.24-1.32x the agent steps/s; not the default because it needs more agent steps to learn: with the anneal the 300k-step main job reached avg100 75 on 1 of 3 seeds, against 3 of 3 with 0 (bench/RESULTS.md)")
     reward_clip: Optional[float] = _f(None, "clip raw rewards to [-reward_clip, reward_clip] for learning, before scaling; raw rewards are still reported (default 1 for Atari, 0 = off otherwise)")
     total_steps: int = _f(300_000, "stop after this many agent steps in total (0 = no limit)")
     total_seconds: float = _f(0.0, "stop after this many seconds of training wall-clock (0 = no limit)")
@@ -223,12 +223,9 @@ class Config:
 
     def effective_min_rollout(self) -> int:
         """Steps a rollout holds before an episode end may end it (see
-        ``min_rollout``): t_max with cross_episode, else min_rollout, by
-        default t_max // 2."""
+        ``min_rollout``): t_max with cross_episode, else min_rollout."""
         if self.cross_episode:
             return self.t_max
-        if self.min_rollout is None:
-            return self.t_max // 2
         return self.min_rollout
 
     def effective_reward_clip(self) -> float:
@@ -329,7 +326,7 @@ class Config:
             bad("adam_eps", "must be > 0")
         if not 0.0 <= self.adam_clip_relative <= 1e9:
             bad("adam_clip_relative", "must be in [0, 1e9] (0 = off)")
-        if self.min_rollout is not None and self.min_rollout > self.t_max:
+        if self.min_rollout > self.t_max:
             bad("min_rollout", f"must be <= t_max ({self.t_max}): a rollout has at most t_max steps")
         if self.lr_anneal and self.lr_anneal_steps == 0 and self.total_steps == 0:
             bad("lr_anneal", "with lr_anneal_steps 0 anneals over total_steps, which is 0 "
