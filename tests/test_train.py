@@ -363,6 +363,7 @@ def test_a_resumed_run_keeps_the_rate_it_trained_with(tmp_path, monkeypatch):
         trainer = Trainer(base.replace(run_dir=run, lr=lr, total_steps=400), resume=run)
         try:
             assert trainer.shared.optimizer.lr == pytest.approx(want)
+            assert ("as trained" in trainer.resume_note) == (lr == 0.0)
         finally:
             trainer.close()
     fresh = Trainer(Config(env="CartPole-v1", workers=1, quiet=True, tensorboard=False,
@@ -371,3 +372,12 @@ def test_a_resumed_run_keeps_the_rate_it_trained_with(tmp_path, monkeypatch):
         assert fresh.shared.optimizer.lr == pytest.approx(1e-3)        # a new run: the new default
     finally:
         fresh.close()
+    # a saved rate no config could hold (a corrupt checkpoint) is not used: the default is
+    meta = dict(ck.meta, optimizer_scalars=dict(ck.meta["optimizer_scalars"], lr=float("inf")))
+    save_checkpoint(os.path.join(run, "checkpoints", "latest.npz"), ck.params, meta,
+                    opt_arrays=ck.opt_arrays)
+    trainer = Trainer(base.replace(run_dir=run, total_steps=400), resume=run)
+    try:
+        assert trainer.shared.optimizer.lr == pytest.approx(1e-3)
+    finally:
+        trainer.close()

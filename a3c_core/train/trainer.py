@@ -297,11 +297,13 @@ class Trainer:
         self.env_spec = dict(env.spec(), preprocess=dict(self.pipeline_spec))
         # a resumed run keeps the learning rate it trained with unless the config
         # names one (lr 0 = the default, which a newer version may have changed)
-        saved_lr = None
+        self._saved_lr = None
         if ckpt is not None and cfg.lr == 0 and ckpt.meta.get("optimizer") == cfg.optimizer:
-            saved_lr = (ckpt.meta.get("optimizer_scalars") or {}).get("lr")
-        self._saved_lr = float(saved_lr) if isinstance(saved_lr, (int, float)) and saved_lr > 0 \
-            else None
+            lr = (ckpt.meta.get("optimizer_scalars") or {}).get("lr")
+            # a value the config could not hold (corrupt) falls back to the default
+            if isinstance(lr, (int, float)) and 0.0 < lr <= 1.0:
+                self._saved_lr = float(lr)
+                self.resume_note += f"; lr {lr:g} as trained (--lr to change it)"
         opt = make_optimizer(cfg.optimizer, net.n_params, **self._opt_kwargs())
         self.shared = SharedState(net.params, opt)
         self.normalizer = None if cfg.reward_scale is not None else ReturnNormalizer(cfg.gamma)
