@@ -2,7 +2,8 @@
 
 The pipeline is described by the env's ``preprocess_spec`` (saved in every
 checkpoint), so a deployed :class:`~a3c_core.Policy` applies exactly the
-preprocessing the agent was trained with.
+preprocessing the agent was trained with, including the image normalization
+(``"norm"``) the trainer measured before training (:func:`estimate_image_norm`).
 """
 from __future__ import annotations
 
@@ -25,6 +26,13 @@ class ObsPipeline:
     * ``{"kind": "vector"}``: any real numeric array -> float32 (D,)
       (flattened); NaN or inf entries are rejected.
 
+    An image spec may add ``"norm": {"mean": [...], "std": s}``: the resized
+    frame ``x`` becomes ``(x - mean) / s``, ``mean`` the per-pixel mean frame
+    (``out_shape`` row-major) and ``s`` one number, the frames' standard
+    deviation around it (see :func:`estimate_image_norm`).  A static
+    background then reads as ~0 and what moves (a monster, the view) stands
+    out at unit scale.
+
     Array-likes (lists, tuples) are accepted; anything else, a wrong shape or
     a wrong dtype raises :class:`ObservationError` naming the expected shape
     and dtype.
@@ -41,9 +49,13 @@ class ObsPipeline:
             crop = self.spec.get("crop")
             self._prep = Preprocessor(self.raw_shape, out_shape, crop=tuple(crop) if crop else None)
             self.net_obs_shape = (1,) + out_shape
+            self._mean, self._inv_std = _parse_norm(self.spec.get("norm"), out_shape)
             self.expects = f"a uint8 array of shape {self.raw_shape}"
         elif self.kind == "vector":
+            if self.spec.get("norm") is not None:
+                raise ValueError("preprocess spec: 'norm' applies to image observations only")
             self._prep = None
+            self._mean = None
             self.net_obs_shape = (int(np.prod(self.raw_shape)),)
             self.expects = f"a real-valued (float32) array of shape {self.raw_shape}"
         else:
@@ -86,6 +98,9 @@ class ObsPipeline:
             raw = self.check(raw)
         if self.kind == "image":
             self._prep(raw, out.reshape(self.net_obs_shape[1:]))
+            if self._mean is not None:
+                out -= self._mean
+                out *= self._inv_std
         else:
             if raw.dtype.kind not in "biuf":
                 self.check(raw)
@@ -98,3 +113,55 @@ class ObsPipeline:
                     f"state that poisons every later step"
                 )
         return out
+
+
+#: the smallest ``std`` a measured image norm uses (one gray level in [0, 1]):
+#: frames that never change would otherwise divide by ~0
+IMAGE_NORM_MIN_STD = 1.0 / 255.0
+
+
+def _parse_norm(norm, out_shape):
+    """``(mean (1, H, W) float32, 1 / std float32)`` from a spec's ``"norm"``, or
+    ``(None, None)``; ValueError naming the problem for a malformed one (a
+    corrupt checkpoint)."""
+    if norm is None:
+        return None, None
+    if not isinstance(norm, dict) or "mean" not in norm or "std" not in norm:
+        raise ValueError("preprocess spec 'norm' must be a dict with 'mean' and 'std'")
+    try:
+        mean = np.asarray(norm["mean"], np.float32)
+        std = float(norm["std"])
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"preprocess spec 'norm' is not numeric: {e}") from None
+    n = int(np.prod(out_shape))
+    if mean.size != n:
+        raise ValueError(f"preprocess spec 'norm': mean has {mean.size} values, the "
+                         f"{out_shape[0]}x{out_shape[1]} frame has {n}")
+    if not np.isfinite(mean).all() or not (np.isfinite(std) and std > 0):
+        raise ValueError("preprocess spec 'norm': mean and std must be finite, std > 0")
+    return mean.reshape((1,) + tuple(out_shape)), np.float32(1.0 / std)
+
+
+def estimate_image_norm(frames) -> dict:
+    """The ``"norm"`` of an image spec from network-input frames (each
+    ``(1, H, W)`` or ``(H, W)`` float32, already resized): the per-pixel mean
+    frame and one standard deviation, that of every pixel around its own
+    mean, ``sqrt(mean over frames and pixels of (x - mean)^2)``, at least
+    :data:`IMAGE_NORM_MIN_STD`.  Accumulated in float64; the mean is stored
+    as float32 values (exact through JSON)."""
+    total = sq = None
+    n = 0
+    for f in frames:
+        f = np.asarray(f, np.float64).reshape(-1)
+        if total is None:
+            total = np.zeros_like(f)
+            sq = np.zeros_like(f)
+        total += f
+        sq += f * f
+        n += 1
+    if n == 0:
+        raise ValueError("estimate_image_norm: no frames")
+    mean = total / n
+    var = np.maximum(sq / n - mean * mean, 0.0).mean()
+    std = max(float(np.sqrt(var)), IMAGE_NORM_MIN_STD)
+    return {"mean": [float(v) for v in mean.astype(np.float32)], "std": std, "frames": n}

@@ -81,7 +81,10 @@ class Policy:
         raw_shape = env.get("obs_shape")
         if raw_shape is None:
             raise CheckpointError(f"checkpoint {ckpt.path} does not record the observation shape")
-        pipeline = ObsPipeline(ckpt.preprocess_spec, raw_shape)
+        try:
+            pipeline = ObsPipeline(ckpt.preprocess_spec, raw_shape)
+        except ValueError as e:
+            raise CheckpointError(f"checkpoint {ckpt.path} has an unusable preprocess spec: {e}") from None
         if tuple(pipeline.net_obs_shape) != tuple(net.obs_shape):
             raise CheckpointError(
                 f"checkpoint {ckpt.path}: preprocessing gives {pipeline.net_obs_shape} but the "

@@ -63,7 +63,7 @@ else:
             net.rollout_grad(np.zeros(3, np.int64), np.zeros(3, np.float32), np.zeros(3, np.float32))
     try:    # the trainer's default rollouts: with --min-rollout > 1 it also compiles the reset backward
         from a3c_core.train.config import Config
-        reset = Config().effective_min_rollout() > 1
+        reset = Config().runs_across_episodes()
     except (ImportError, AttributeError):
         reset = False
     if reset:

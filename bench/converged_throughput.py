@@ -1,7 +1,7 @@
 """Training throughput once the agent is good (short episodes), per rollout mode.
 
     python bench/converged_throughput.py RUN_DIR [--workers 2] [--seconds 10] [--repeats 3]
-        [--modes paper,cross,min:10]
+        [--modes paper,cross,min:10,auto]
 
 RUN_DIR is a trained run (e.g. ``a3c train --target-reward 75 --run-dir runs/basic``):
 each measurement copies it to a temporary directory and resumes from its
@@ -15,10 +15,15 @@ trained policy and its short episodes.  Modes, measured in turn (``paper``,
   on into the next episode, so an update's fixed costs are paid once per
   ``t_max`` steps;
 * ``min:K``: ``--min-rollout K``: a rollout runs on into the next episode
-  until it holds K steps, then ends at the next episode end (or ``t_max``).
+  until it holds K steps, then ends at the next episode end (or ``t_max``);
+* ``auto``: the trainer's default, ``--min-rollout 0`` with ``--merge-below``
+  at its default: the paper's rollouts until a worker's last 1,000 episodes
+  average under ``merge_below`` steps, then ``t_max // 2`` across episodes.
+  The measurement starts once every worker has switched (the window has to
+  fill first: ~10 s on a trained doom:basic agent).
 
-Every mode sets both options (``paper`` is ``--min-rollout 0`` without
-``--cross-episode``), whatever the run was trained with.
+Every mode sets all three options (``paper`` is ``--min-rollout 0`` without
+``--cross-episode`` or ``--merge-below``), whatever the run was trained with.
 
 Each measurement: start, wait ``--warmup`` s, then count agent steps and
 episodes over ``--seconds``.  Prints one line per measurement and a table of
@@ -55,7 +60,8 @@ def measure(run_dir, mode, workers, seconds, warmup):
         fields.update(workers=workers, total_steps=0, total_seconds=0.0,
                       run_dir=dst, quiet=True, tensorboard=False, checkpoint_interval=0.0,
                       cross_episode=(mode == "cross"), target_reward=None,
-                      min_rollout=int(mode[4:]) if mode.startswith("min:") else 0)
+                      min_rollout=int(mode[4:]) if mode.startswith("min:") else 0,
+                      merge_below=Config().merge_below if mode == "auto" else 0.0)
         cfg = Config(**fields)
         tr = Trainer(cfg, resume=dst, out=io.StringIO())
         err = []
@@ -78,6 +84,18 @@ def measure(run_dir, mode, workers, seconds, warmup):
                 raise RuntimeError(f"no training steps ({err[0] if err else 'timeout'})")
             time.sleep(0.05)
         time.sleep(warmup)
+        switched = None
+        if mode == "auto":      # until every worker's window is full and has switched
+            t_sw = time.perf_counter()
+            while time.perf_counter() - t_sw < 120 and not err:
+                ws = [w for w in tr.workers if w is not None]
+                if ws and all(w.merging for w in ws):
+                    break
+                time.sleep(0.1)
+            switched = time.perf_counter() - t_sw
+            if not all(w is not None and w.merging for w in tr.workers):
+                raise RuntimeError("auto: the workers had not switched after 120 s; is the "
+                                   "run's agent trained (short episodes)?")
         s0, e0, t0 = tr.shared.steps, tr.shared.episodes, time.perf_counter()
         time.sleep(seconds)
         s1, e1, t1 = tr.shared.steps, tr.shared.episodes, time.perf_counter()
@@ -87,7 +105,8 @@ def measure(run_dir, mode, workers, seconds, warmup):
             raise err[0]
     steps, eps = s1 - s0, e1 - e0
     return {"mode": mode, "steps_per_s": steps / (t1 - t0), "episodes": eps,
-            "mean_episode_steps": steps / eps if eps else float("nan")}
+            "mean_episode_steps": steps / eps if eps else float("nan"),
+            "seconds_to_switch": switched}
 
 
 def main(argv=None):
@@ -104,10 +123,10 @@ def main(argv=None):
         p.error(f"run directory not found: {a.run_dir}")
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     modes = ["paper" if m == "default" else m for m in modes]    # the older name
-    bad = [m for m in modes if m not in ("paper", "cross")
+    bad = [m for m in modes if m not in ("paper", "cross", "auto")
            and not (m.startswith("min:") and m[4:].isdigit())]
     if bad:
-        p.error(f"unknown mode(s) {bad}; choose from paper, cross, min:K (K an integer)")
+        p.error(f"unknown mode(s) {bad}; choose from paper, cross, auto, min:K (K an integer)")
     rows = []
     for rep in range(a.repeats):
         for m in modes:

@@ -185,6 +185,33 @@ def test_trainer_settings_carry_the_effective_min_rollout():
         assert s.min_steps == want and s.t_max == 20
 
 
+def test_merge_below_applies_only_with_the_papers_rollouts():
+    assert Config().merge_below == 8.0 and Config().effective_merge_below() == 8.0
+    assert Config().runs_across_episodes()           # the warm-up compiles the reset variant
+    assert Config(min_rollout=1).effective_merge_below() == 8.0   # 1 is the paper's rollouts
+    assert Config(min_rollout=10).effective_merge_below() == 0.0
+    assert Config(cross_episode=True).effective_merge_below() == 0.0
+    assert not Config(merge_below=0.0).runs_across_episodes()
+    with pytest.raises(ConfigError, match="merge_below"):
+        Config(merge_below=-1.0).validate()
+    from a3c_core.train.trainer import Trainer
+
+    for cfg, want in ((Config(), 8.0), (Config(merge_below=0), 0.0), (Config(min_rollout=10), 0.0)):
+        t = Trainer.__new__(Trainer)
+        t.cfg, t.n_actions = cfg, 3
+        assert t._settings().merge_below == want
+
+
+def test_a_run_saved_before_merge_below_keeps_the_papers_rollouts(tmp_path):
+    old = tmp_path / "config.toml"
+    old.write_text('env = "doom:basic"\nmin_rollout = 0\n')
+    assert Config.from_toml(str(old), saved_run=True).merge_below == 0.0
+    assert Config.from_toml(str(old)).merge_below == 8.0        # a new run's file: the default
+    new = tmp_path / "new.toml"
+    new.write_text(Config(merge_below=6.5).to_toml())
+    assert Config.from_toml(str(new), saved_run=True).merge_below == 6.5
+
+
 def test_a_run_saved_before_the_anneal_horizon_keeps_its_schedule_on_resume(tmp_path):
     """A config.toml written before lr_anneal_steps existed meant --lr-anneal
     over total_steps to 0: resuming it keeps that; a new config's lr_anneal

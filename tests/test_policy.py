@@ -28,13 +28,18 @@ def test_policy_act_on_real_frames(doom_ckpt):
     assert policy.action_names == ["MOVE_LEFT", "MOVE_RIGHT", "ATTACK"]
     twin = build_network("doom-lstm", (1, 84, 84), 3)
     twin.params[:] = np.load(doom_ckpt)["params"]
+    # doom runs normalize their frames by default: the mean frame and std the
+    # trainer measured are in the checkpoint, and the twin applies them by hand
+    norm = policy.checkpoint.preprocess_spec["norm"]
+    mean = np.array(norm["mean"], np.float64).reshape(84, 84)
+    assert norm["frames"] == 2000 and 0.01 < norm["std"] < 0.5
     env = make_env("doom:basic", seed=3)
     try:
         obs = env.reset()
         state, tstate = policy.initial_state(), twin.initial_state()
         for _ in range(10):
             probs, value, new_state = policy.probs(obs, state)
-            x = ref_preprocess(obs, (84, 84)).astype(np.float32)[None]
+            x = ((ref_preprocess(obs, (84, 84)) - mean) / norm["std"]).astype(np.float32)[None]
             tp, tv, tstate = twin.step(x, tstate)
             np.testing.assert_allclose(probs, tp, rtol=1e-4, atol=1e-6)
             assert value == pytest.approx(float(tv), rel=1e-4, abs=1e-5)

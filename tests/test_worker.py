@@ -389,6 +389,79 @@ def test_min_rollout_of_t_max_is_cross_episode():
         np.testing.assert_array_equal(ka, kb)
 
 
+# -- merge_below: the switch to rollouts across episodes once episodes are short ---
+
+def _merge_worker(env, t_max, merge_below, window, spec="mlp"):
+    w, net, store = _cross_worker(env, t_max, spec=spec, reward_scale=None, min_steps=0)
+    w.s = RolloutSettings(t_max=t_max, gamma=0.5, gae_lambda=1.0, reward_scale=None,
+                          merge_below=merge_below, merge_window=window)
+    w._lengths = np.zeros(window, np.int64)
+    return w, net, store
+
+
+def test_merge_below_switches_on_once_the_window_of_episodes_is_short():
+    """Episodes of 3 steps, window 4, merge_below 4: the first four episodes are
+    the paper's rollouts (one per episode); from then on a rollout runs on into
+    the next episode until it holds t_max // 2 = 5 steps, exactly as a worker
+    with min_steps 5 (same obs, returns and normalizer merges)."""
+    w, net, store = _merge_worker(ScriptedEnv([1.0, 2.0, 3.0]), t_max=10, merge_below=4, window=4)
+    for k in range(4):
+        assert not w.merging
+        assert w.rollout()[0] == 3
+    assert w.merging and w.mean_episode_length() == 3.0
+    twin, tnet, tstore = _cross_worker(ScriptedEnv([1.0, 2.0, 3.0]), t_max=10,
+                                       reward_scale=None, min_steps=5)
+    twin.env.episode = w.env.episode - 1    # the twin starts where the switch happened
+    twin.rng = np.random.default_rng(1)
+    w.rng = np.random.default_rng(1)
+    for _ in range(3):
+        assert w.rollout() == twin.rollout() == (6, True, False, True)
+        np.testing.assert_array_equal(net.grads, tnet.grads)    # same actions, same update
+    for a, b in zip(net.calls[4:], tnet.calls):
+        np.testing.assert_array_equal(a["obs"], b["obs"])
+        np.testing.assert_array_equal(a["returns"], b["returns"])
+    for a, b in zip(store.scale_calls[4:], tstore.scale_calls):
+        np.testing.assert_array_equal(a, b)
+    assert store.steps == 4 * 3 + 3 * 6
+
+
+def test_merge_below_switches_off_when_episodes_grow_past_t_max():
+    """Long episodes (7 steps > t_max 4) after short ones: the window's mean
+    rises past t_max and rollouts end with their episode again."""
+    env = ScriptedEnv([1.0])
+    w, net, store = _merge_worker(env, t_max=4, merge_below=2, window=2)
+    w.rollout(), w.rollout()
+    assert w.merging                          # two 1-step episodes: mean 1 < 2
+    env.script = [1.0] * 7
+    seen = []
+    for _ in range(12):
+        n, term, _, _ = w.rollout()
+        seen.append((n, term, w.merging))
+    assert not w.merging and w.mean_episode_length() == 7.0
+    # paper rollouts once off: 4 (cut by t_max), then 3 (episode end), repeating
+    tail = [n for n, _, _ in seen[-4:]]
+    assert tail in ([4, 3, 4, 3], [3, 4, 3, 4])
+
+
+def test_merge_below_in_between_keeps_the_current_mode():
+    """Hysteresis: a mean between merge_below and t_max changes nothing."""
+    w, _, _ = _merge_worker(ScriptedEnv([1.0] * 5), t_max=10, merge_below=4, window=2)
+    for _ in range(4):
+        w.rollout()
+    assert not w.merging and w.mean_episode_length() == 5.0     # never below 4: still off
+    w.merging = True
+    for _ in range(4):
+        w.rollout()
+    assert w.merging                               # 5 is not above t_max 10: still on
+
+
+def test_merge_below_off_never_tracks_or_switches():
+    w, net, _ = _merge_worker(ScriptedEnv([1.0]), t_max=10, merge_below=0.0, window=2)
+    for _ in range(6):
+        assert w.rollout()[0] == 1
+    assert not w.merging and w.mean_episode_length() is None
+
+
 class _EntropyStore(RecordingStore):
     def __init__(self, n_params, ctl):
         super().__init__(n_params)

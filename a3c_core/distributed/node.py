@@ -166,7 +166,7 @@ class Node:
     def _warm_up(self, net):
         from a3c_core.train.worker import warm_up_network
 
-        warm_up_network(net, self.cfg.effective_min_rollout() > 1,
+        warm_up_network(net, self.cfg.runs_across_episodes(),
                         mixed=self.cfg.policy_epsilon > 0)
 
     def ready(self):

@@ -79,6 +79,8 @@ _RANGES = {
     "workers": (0, 256),
     "t_max": (1, 10_000),
     "min_rollout": (0, 10_000),
+    "merge_below": (0.0, 1e9),
+    "obs_norm_frames": (1, 1_000_000),
     "lstm_size": (1, 8192),
     "frame_size": (8, 512),
     "frame_skip": (1, 64),
@@ -145,6 +147,9 @@ class Config:
     advantage_horizon: float = _f(20_000.0, "with normalize_advantages: the advantages' RMS is a moving average over about this many samples (0 = over the whole run)")
     cross_episode: bool = _f(False, "rollouts of exactly t_max steps that run on into the next episode (LSTM state reset, no gradient across): one update per t_max steps however short the episodes")
     min_rollout: int = _f(0, "a rollout that reaches an episode's end with fewer than this many steps runs on into the next episode (LSTM state reset, no gradient across) and ends at the first episode end from this many steps on, or at t_max; 0 = every rollout ends with its episode, as in the A3C paper (--cross-episode is min_rollout = t_max). At 10 a learned doom:basic agent trains at 1.24-1.32x the agent steps/s; not the default because it needs more agent steps to learn: with the anneal the 300k-step main job reached avg100 75 on 1 of 3 seeds, against 3 of 3 with 0 (bench/RESULTS.md)")
+    merge_below: float = _f(8.0, "with min_rollout 0: while a worker's last 1000 episodes average fewer than this many steps, its rollouts run on into the next episode as with min_rollout = t_max / 2, so an update's fixed costs are not paid every few steps; once they average more than t_max steps, rollouts end with their episode again (0 = off: always the A3C paper's rollouts). On doom:basic a learned agent's episodes average ~5.6 steps and the switch comes at about the first avg100 of 75, after the learning that the paper's rollouts do in fewer agent steps (bench/RESULTS.md)")
+    obs_norm: Optional[bool] = _f(None, "normalize image observations: subtract the per-pixel mean frame and divide by the frames' standard deviation around it, both measured on obs_norm_frames frames of random play before training and saved with the policy (checkpoints, a3c eval, Policy). A static background then reads as ~0 and what moves stands out at unit scale (default: on for doom, where doom:basic first reached avg100 75 in 3-4x fewer agent steps with it; off for Atari and vector observations; bench/RESULTS.md)")
+    obs_norm_frames: int = _f(2000, "with obs_norm: frames of random play (worker 0's env) the mean frame and the standard deviation are measured on")
     reward_clip: Optional[float] = _f(None, "clip raw rewards to [-reward_clip, reward_clip] for learning, before scaling; raw rewards are still reported (default 1 for Atari, 0 = off otherwise)")
     total_steps: int = _f(300_000, "stop after this many agent steps in total (0 = no limit)")
     total_seconds: float = _f(0.0, "stop after this many seconds of training wall-clock (0 = no limit)")
@@ -227,6 +232,23 @@ class Config:
         if self.cross_episode:
             return self.t_max
         return self.min_rollout
+
+    def obs_normalized(self) -> bool:
+        """``obs_norm``, or when unset: on for doom (image observations)."""
+        if self.obs_norm is not None:
+            return bool(self.obs_norm)
+        return self.is_doom()
+
+    def effective_merge_below(self) -> float:
+        """``merge_below`` where it applies (the paper's rollouts: min_rollout
+        0 or 1, no cross_episode), else 0."""
+        return float(self.merge_below) if self.effective_min_rollout() <= 1 else 0.0
+
+    def runs_across_episodes(self) -> bool:
+        """Whether rollouts may run on into the next episode (cross_episode,
+        min_rollout > 1, or merge_below's switch): the warm-up then also
+        compiles the LSTM backward's reset variant."""
+        return self.effective_min_rollout() > 1 or self.effective_merge_below() > 0
 
     def effective_reward_clip(self) -> float:
         if self.reward_clip is not None:
@@ -343,10 +365,16 @@ class Config:
     def from_dict(cls, d: dict, *, source: str = "config", saved_run: bool = False) -> "Config":
         """``saved_run``: ``d`` is the config a run saved (``--resume``); one saved
         before ``lr_anneal_steps`` existed, with ``lr_anneal`` on, keeps the
-        schedule it was trained with (to 0 over ``total_steps``)."""
+        schedule it was trained with (to 0 over ``total_steps``), one saved
+        before ``merge_below`` existed keeps the paper's rollouts, and one
+        saved before ``obs_norm`` existed its unnormalized frames."""
         known = {f.name: f for f in fields(cls)}
         if saved_run and d.get("lr_anneal") is True and "lr_anneal_steps" not in d:
             d = dict(d, lr_anneal_steps=0, lr_anneal_floor=0.0)
+        if saved_run and "merge_below" not in d:    # saved before the switch existed
+            d = dict(d, merge_below=0.0)
+        if saved_run and "obs_norm" not in d:       # saved before image normalization
+            d = dict(d, obs_norm=False)
         kwargs = {}
         for k, v in d.items():
             key = k.replace("-", "_")

@@ -284,6 +284,9 @@ class Trainer:
         if self.pipeline_spec.get("kind") == "image" and cfg.frame_size is not None:
             self.pipeline_spec["out_shape"] = [cfg.frame_size, cfg.frame_size]
         pipe = ObsPipeline(self.pipeline_spec, env.obs_shape)
+        if self.pipeline_spec.get("kind") == "image":
+            self._set_image_norm(ckpt, env, pipe)
+            pipe = ObsPipeline(self.pipeline_spec, env.obs_shape)
         self.net_kwargs = cfg.net_kwargs(self.spec_name)
         try:
             net = self._build_network(self.spec_name, pipe.net_obs_shape, env.n_actions,
@@ -322,6 +325,41 @@ class Trainer:
             check_layout(ckpt, net)
             self._restore(ckpt)
 
+    def _set_image_norm(self, ckpt, env, pipe):
+        """The image normalization (obs.ObsPipeline's ``"norm"``): a resumed run
+        keeps the one it trained with (none, if it had none); a new run with
+        ``obs_norm`` measures it on ``obs_norm_frames`` frames of random play
+        in worker 0's env (seeded from the run's seed; the workers reset it)."""
+        cfg = self.cfg
+        if ckpt is not None:
+            norm = (ckpt.preprocess_spec or {}).get("norm")
+            if norm is not None:
+                self.pipeline_spec["norm"] = norm
+                try:
+                    ObsPipeline(self.pipeline_spec, env.obs_shape)
+                except ValueError as e:
+                    raise CheckpointError(f"checkpoint {ckpt.path} has an unusable preprocess "
+                                          f"spec: {e}") from None
+            elif cfg.obs_norm:
+                self.resume_note += "; frames not normalized (the run trained without obs_norm)"
+            return
+        if not cfg.obs_normalized():
+            return
+        from a3c_core.obs import estimate_image_norm
+
+        rng = np.random.default_rng((cfg.seed, 0x0B5))
+        n_act = int(env.n_actions)
+
+        def frames():
+            obs = env.reset()
+            for _ in range(cfg.obs_norm_frames):
+                yield pipe(obs)
+                obs, _, term, trunc = env.step(int(rng.integers(n_act)))
+                if term or trunc:
+                    obs = env.reset()
+
+        self.pipeline_spec["norm"] = estimate_image_norm(frames())
+
     def _opt_kwargs(self):
         c = self.cfg
         lr = getattr(self, "_saved_lr", None) or c.learning_rate(self.spec_name)
@@ -345,7 +383,7 @@ class Trainer:
             reward_scale=c.reward_scale, reward_clip=c.effective_reward_clip(),
             bootstrap_truncated=c.bootstrap_truncated(),
             normalize_advantages=c.advantages_normalized(), cross_episode=c.cross_episode,
-            min_steps=c.effective_min_rollout())
+            min_steps=c.effective_min_rollout(), merge_below=c.effective_merge_below())
 
     def _restore(self, ckpt):
         if ckpt.meta.get("optimizer") != self.cfg.optimizer:
@@ -497,7 +535,7 @@ class Trainer:
             net = self._build_network(self.spec_name, obs_shape, self.net_spec["n_actions"],
                                       seed=self.cfg.seed, **self.net_kwargs)
             with self._signals.deferred():  # a Ctrl-C lands between compiles
-                warm_up_network(net, self.cfg.effective_min_rollout() > 1,
+                warm_up_network(net, self.cfg.runs_across_episodes(),
                                 mixed=self.cfg.policy_epsilon > 0)
         finally:
             notice.cancel()
@@ -676,6 +714,12 @@ class Trainer:
             log.scalar("charts/advantage_scale", self.adv_normalizer.scale, steps, el)
         if self.entropy_ctl is not None:
             log.scalar("charts/entropy_beta", self.entropy_ctl.beta_now, steps, el)
+        if self.cfg.effective_merge_below() > 0:
+            # how many workers' rollouts run on into the next episode (merge_below)
+            ws = [w for w in getattr(self, "workers", ()) if w is not None]
+            if ws:
+                log.scalar("charts/merging_workers",
+                           sum(bool(getattr(w, "merging", False)) for w in ws), steps, el)
         n_upd = d[4]
         if n_upd > 0:
             for i, name in enumerate(("policy_loss", "value_loss", "entropy", "grad_norm")):

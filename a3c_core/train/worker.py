@@ -34,7 +34,9 @@ One rollout (:meth:`Worker.rollout`):
    episode that ends before the rollout holds ``min_steps`` steps is followed
    by the next one in the same rollout (LSTM state reset; the trainer's
    default, 0, gives the A3C paper's rollouts, which end with their
-   episode; ``cross_episode``: always ``t_max`` steps);
+   episode; ``cross_episode``: always ``t_max`` steps; ``merge_below``:
+   ``t_max // 2`` while the worker's recent episodes are short, see
+   :meth:`Worker._track_length`);
 3. bootstrap from ``V(s_n)`` when the rollout (or an episode's part of it)
    was cut by ``t_max``, or by a time limit and ``bootstrap_truncated`` is
    set; 0 after a terminal state;
@@ -101,6 +103,13 @@ class RolloutSettings:
     #: the first episode end from this many steps on (or at t_max); 0: every
     #: rollout ends with its episode.  cross_episode is min_steps = t_max.
     min_steps: int = 0
+    #: > 0 with min_steps 0 (and cross_episode off): while the worker's last
+    #: ``merge_window`` episodes average fewer than this many steps, its
+    #: rollouts run on into the next episode as with min_steps = t_max // 2,
+    #: and end with their episode again once those episodes average more
+    #: than t_max steps (see Worker.merging); 0 = off
+    merge_below: float = 0.0
+    merge_window: int = 1000
 
 
 class LossStats:
@@ -243,6 +252,12 @@ class Worker:
         self._started = False
         self._fused_sync = bool(getattr(store, "syncs_on_apply", False))
         self._fresh = False       # net.params already hold the global params (set by apply)
+        # the lengths of this worker's last merge_window episodes (merge_below)
+        self._lengths = np.zeros(max(int(settings.merge_window), 1), np.int64)
+        self._n_lengths = 0
+        self._len_sum = 0
+        #: rollouts run on into the next episode (merge_below's switch is on)
+        self.merging = False
 
     # -- episodes -----------------------------------------------------------
     def start_episode(self, slot=0):
@@ -257,9 +272,34 @@ class Worker:
         False until the game ends), then start the next episode."""
         if getattr(self.env, "episode_over", True):
             self.store.record_episode(self.wid, self.ep_return, self.ep_length)
+            if self.s.merge_below > 0:
+                self._track_length(self.ep_length)
             self.ep_return, self.ep_length = 0.0, 0
         self._ret_acc = 0.0
         self.start_episode(slot)
+
+    def _track_length(self, length):
+        """``merge_below``'s switch: the mean length of the last ``merge_window``
+        episodes turns merging on below ``merge_below`` and off above ``t_max``
+        (between the two it stays as it is; nothing changes before the window
+        is full)."""
+        buf = self._lengths
+        i = self._n_lengths % len(buf)
+        self._len_sum += int(length) - int(buf[i])
+        buf[i] = length
+        self._n_lengths += 1
+        if self._n_lengths < len(buf):
+            return
+        mean = self._len_sum / len(buf)
+        if mean < self.s.merge_below:
+            self.merging = True
+        elif mean > self.s.t_max:
+            self.merging = False
+
+    def mean_episode_length(self):
+        """Mean length of the episodes in the switch's window (None before one ended)."""
+        k = min(self._n_lengths, len(self._lengths))
+        return self._len_sum / k if k else None
 
     # -- one rollout + update ------------------------------------------------
     def rollout(self):
@@ -269,7 +309,7 @@ class Worker:
         ``cross_episode``: n = t_max; with either it or ``min_steps``, the
         flags are those of the rollout's last step).
         """
-        if self.s.cross_episode or self.s.min_steps > 1:
+        if self.s.cross_episode or self.s.min_steps > 1 or self.merging:
             return self._rollout_across()
         if not self._started:
             self.start_episode()
@@ -340,7 +380,12 @@ class Worker:
             self.store.pull(net.params)
         self._fresh = False
         T = s.t_max
-        k_min = T if s.cross_episode else min(s.min_steps, T)
+        if s.cross_episode:
+            k_min = T
+        elif s.min_steps > 1:
+            k_min = min(s.min_steps, T)
+        else:          # merge_below's switch is on
+            k_min = max(T // 2, 1)
         state = self.state
         u = self.rng.random(T)
         acc0 = self._ret_acc
