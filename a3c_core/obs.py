@@ -50,6 +50,9 @@ class ObsPipeline:
             self._prep = Preprocessor(self.raw_shape, out_shape, crop=tuple(crop) if crop else None)
             self.net_obs_shape = (1,) + out_shape
             self._mean, self._inv_std = _parse_norm(self.spec.get("norm"), out_shape)
+            if self._mean is not None:
+                # (x - mean) / std in the resize's own nogil pass
+                self._prep.set_norm(self._mean, float(self._inv_std))
             self.expects = f"a uint8 array of shape {self.raw_shape}"
         elif self.kind == "vector":
             if self.spec.get("norm") is not None:
@@ -98,9 +101,6 @@ class ObsPipeline:
             raw = self.check(raw)
         if self.kind == "image":
             self._prep(raw, out.reshape(self.net_obs_shape[1:]))
-            if self._mean is not None:
-                out -= self._mean
-                out *= self._inv_std
         else:
             if raw.dtype.kind not in "biuf":
                 self.check(raw)

@@ -76,6 +76,8 @@ cdef class Preprocessor:
     cdef int H, W, C, Ho, Wo, top, left, Hc, Wc, Kr, Kc
     cdef float lw[3]
     cdef cnp.ndarray _rs, _rw, _cs, _cw       # int32 / float32 tables
+    cdef cnp.ndarray _nmean                   # float32 (Ho*Wo,) mean frame, or None
+    cdef float _ninv
 
     def __init__(self, in_shape, out_shape=(84, 84), crop=None):
         in_shape = tuple(int(x) for x in in_shape)
@@ -116,6 +118,23 @@ cdef class Preprocessor:
             self.lw[0], self.lw[1], self.lw[2] = LUMA
         else:
             self.lw[0], self.lw[1], self.lw[2] = 1.0, 0.0, 0.0
+
+    def set_norm(self, mean, float inv_std=1.0):
+        """Normalize every frame this writes: ``(x - mean) * inv_std``, ``mean``
+        an (Ho, Wo) (or Ho*Wo) float32 mean frame, in the same nogil pass as
+        the resize.  ``set_norm(None)`` turns it off.  Set it before the
+        instance is shared by threads."""
+        if mean is None:
+            self._nmean = None
+            return
+        m = np.ascontiguousarray(mean, np.float32).reshape(-1)
+        if m.shape[0] != self.Ho * self.Wo:
+            raise ValueError(f"norm mean has {m.shape[0]} values, the {self.Ho}x{self.Wo} "
+                             f"output has {self.Ho * self.Wo}")
+        if not (inv_std > 0 and inv_std < float("inf")):
+            raise ValueError(f"inv_std must be finite and > 0, got {inv_std}")
+        self._nmean = m
+        self._ninv = inv_std
 
     def spec(self):
         """JSON-able description, enough to rebuild it with :meth:`from_spec`."""
@@ -192,6 +211,11 @@ cdef class Preprocessor:
         cdef const float* tp
         cdef float w, w0, w1, w2, acc
         cdef int oy, ox, k, x
+        cdef const float* nmean = NULL
+        cdef const float* nrow
+        cdef float ninv = self._ninv
+        if self._nmean is not None:
+            nmean = <const float*>cnp.PyArray_DATA(self._nmean)
         if tmp == NULL:
             return 0
         for oy in range(self.Ho):
@@ -238,5 +262,9 @@ cdef class Preprocessor:
                     for k in range(Kc):
                         acc = acc + cwo[k] * tp[k]
                     orow[ox] = acc if acc < 1.0 else 1.0
+            if nmean != NULL:               # set_norm: the row is still in L1
+                nrow = nmean + <Py_ssize_t>oy * Wo
+                for ox in range(Wo):
+                    orow[ox] = (orow[ox] - nrow[ox]) * ninv
         free(tmp)
         return 1

@@ -125,3 +125,26 @@ def test_bad_inputs():
         Preprocessor((12, 16, 4))
     with pytest.raises(ValueError, match="out_shape"):
         Preprocessor((12, 16), (0, 8))
+
+
+def test_set_norm_normalizes_in_the_resize_pass():
+    """(x - mean) * inv_std, written by the kernel itself, against the numpy twin;
+    None turns it off; a wrong size or a bad scale is refused by name."""
+    from a3c_core.core import Preprocessor
+    from a3c_core.core.ref import ref_preprocess
+
+    rng = np.random.default_rng(3)
+    pre = Preprocessor((30, 40), (12, 16))
+    mean = rng.random((12, 16)).astype(np.float32)
+    pre.set_norm(mean, 7.5)
+    f = rng.integers(0, 256, (30, 40)).astype(np.uint8)
+    want = (ref_preprocess(f, (12, 16)) - mean) * 7.5
+    np.testing.assert_allclose(pre(f), want, rtol=1e-4, atol=1e-4)
+    out = np.empty(12 * 16, np.float32)                      # a flat rollout row
+    np.testing.assert_allclose(pre(f, out).reshape(12, 16), want, rtol=1e-4, atol=1e-4)
+    pre.set_norm(None)
+    np.testing.assert_allclose(pre(f), ref_preprocess(f, (12, 16)), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="191 values"):
+        pre.set_norm(np.zeros(191, np.float32), 1.0)
+    with pytest.raises(ValueError, match="inv_std"):
+        pre.set_norm(mean, float("inf"))
