@@ -98,6 +98,12 @@ def _run_trainer(trainer, cfg, TrainingError):
         print(trainer.resume_note, flush=True)
     line = (f"run directory: {trainer.run_dir}  ({trainer.n_workers} workers, {trainer.spec_name}, "
             f"{trainer.shared.params.size:,} parameters, env {cfg.env})")
+    norm = trainer.pipeline_spec.get("norm")
+    if norm is not None:
+        how = (f"measured on {norm.get('frames', '?'):,} frames of random play in "
+               f"{trainer.norm_seconds:.1f} s" if getattr(trainer, "norm_seconds", None) is not None
+               else "as trained")
+        line += f"\nframes normalized: (x - mean frame) / {norm['std']:.4f}, {how}"
     try:
         res = trainer.run(announce=lambda: print(line, flush=True))
     except TrainingError as e:

@@ -325,6 +325,8 @@ class Trainer:
             check_layout(ckpt, net)
             self._restore(ckpt)
 
+    norm_seconds = None      # how long measuring the image normalization took (a new run)
+
     def _set_image_norm(self, ckpt, env, pipe):
         """The image normalization (obs.ObsPipeline's ``"norm"``): a resumed run
         keeps the one it trained with (none, if it had none); a new run with
@@ -358,7 +360,9 @@ class Trainer:
                 if term or trunc:
                     obs = env.reset()
 
+        t0 = time.perf_counter()
         self.pipeline_spec["norm"] = estimate_image_norm(frames())
+        self.norm_seconds = time.perf_counter() - t0
 
     def _opt_kwargs(self):
         c = self.cfg
