@@ -160,7 +160,10 @@ def test_shipped_config_files_load():
     for f in files:
         Config.from_toml(str(f))
     basic = Config.from_toml(str(root / "doom_basic.toml"))
-    assert basic == Config().replace(spec="doom-lstm", frame_skip=4, lr=1e-4, lr_anneal=True)
+    assert basic == Config().replace(spec="doom-lstm", frame_skip=4, lr=1e-4, lr_anneal=True,
+                                     obs_norm=True)
+    assert basic.obs_normalized() == Config().obs_normalized() is True
+    assert basic.effective_merge_below() == Config().effective_merge_below()
     # "the defaults, spelled out": the same optimizer as an unset config's
     for name in ("learning_rate", "amsgrad", "anneals", "anneal_horizon"):
         assert getattr(basic, name)("doom-lstm") == getattr(Config(), name)("doom-lstm"), name
