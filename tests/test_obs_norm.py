@@ -155,3 +155,21 @@ def test_a_corrupt_norm_in_a_checkpoint_is_a_clear_error(tmp_path):
     save_checkpoint(path, ck.params, dict(ck.meta, preprocess=bad), opt_arrays=ck.opt_arrays)
     with pytest.raises(CheckpointError, match="norm.*mean has 5 values"):
         Policy.load(path)
+
+
+def test_resume_from_a_corrupt_norm_is_refused_and_keeps_the_run(tmp_path):
+    from a3c_core.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+    from a3c_core.train.config import Config
+    from a3c_core.train.trainer import Trainer
+
+    run = _run(tmp_path)
+    ck = load_checkpoint(run)
+    bad = dict(ck.meta["preprocess"], norm={"mean": [0.0] * 5, "std": 0.1})
+    path = os.path.join(run, "checkpoints", "latest.npz")
+    save_checkpoint(path, ck.params, dict(ck.meta, preprocess=bad), opt_arrays=ck.opt_arrays)
+    before = {f: open(os.path.join(run, f), "rb").read() for f in ("config.toml", "checkpoints/latest.npz")}
+    base = Config.from_toml(os.path.join(run, "config.toml"), saved_run=True)
+    with pytest.raises(CheckpointError, match="norm.*mean has 5 values"):
+        Trainer(base.replace(total_steps=80), resume=run)
+    for f, data in before.items():
+        assert open(os.path.join(run, f), "rb").read() == data

@@ -286,7 +286,11 @@ class Trainer:
         pipe = ObsPipeline(self.pipeline_spec, env.obs_shape)
         if self.pipeline_spec.get("kind") == "image":
             self._set_image_norm(ckpt, env, pipe)
-            pipe = ObsPipeline(self.pipeline_spec, env.obs_shape)
+            try:
+                pipe = ObsPipeline(self.pipeline_spec, env.obs_shape)
+            except ValueError as e:      # a checkpoint's malformed "norm"
+                raise CheckpointError(f"checkpoint {getattr(ckpt, 'path', '?')} has an unusable "
+                                      f"preprocess spec: {e}") from None
         self.net_kwargs = cfg.net_kwargs(self.spec_name)
         try:
             net = self._build_network(self.spec_name, pipe.net_obs_shape, env.n_actions,
@@ -337,11 +341,6 @@ class Trainer:
             norm = (ckpt.preprocess_spec or {}).get("norm")
             if norm is not None:
                 self.pipeline_spec["norm"] = norm
-                try:
-                    ObsPipeline(self.pipeline_spec, env.obs_shape)
-                except ValueError as e:
-                    raise CheckpointError(f"checkpoint {ckpt.path} has an unusable preprocess "
-                                          f"spec: {e}") from None
             elif cfg.obs_norm:
                 self.resume_note += "; frames not normalized (the run trained without obs_norm)"
             return
