@@ -1,6 +1,6 @@
 """Where one worker's learner time goes, part by part (doom-lstm by default).
 
-    python bench/learner_parts.py [--spec doom-lstm] [--t-max 20] [--repeat 30]
+    python bench/learner_parts.py [--spec doom-lstm] [--t-max 20] [--repeat 30] [--numpy-backward]
 
 Times, each alone in a loop (median of ``--repeat`` after two warm-up calls,
 one BLAS thread): ``T`` recorded steps (``Network.step(record=True)``), the
@@ -8,9 +8,10 @@ backward-only update (``Network.rollout_grad``) and the fused tail (norm pass,
 then Adam with the clip folded in, writing the worker's local copy:
 ``SharedState.apply(sync_to=)``), and their sum per agent step, which is what
 ``a3c bench``'s ``learner us/agent step`` row measures with the paths
-interleaved.  Then the backward by layer (``prepare_backward``,
-``backward`` and the heads' fused ``forward_loss``), timed by wrapping each
-layer method.  Never run it beside a training run.
+interleaved.  Then the backward by layer (``backward_compiled``, one
+nogil call per layer, or with ``--numpy-backward`` ``prepare_backward``
+and ``backward``; and the heads' fused ``forward_loss``), timed by
+wrapping each layer method.  Never run it beside a training run.
 """
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ def main(argv=None):
     ap.add_argument("--spec", default="doom-lstm")
     ap.add_argument("--t-max", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--numpy-backward", action="store_true",
+                    help="the np.dot backward instead of the compiled one (Network.compiled_backward)")
     a = ap.parse_args(argv)
     with threadpoolctl.threadpool_limits(1):
         return _run(a)
@@ -51,6 +54,8 @@ def main(argv=None):
 
 def _run(a):
     net = build_network(a.spec)
+    if a.numpy_backward:
+        net.compiled_backward = False
     T = a.t_max
     obs, actions, returns, adv = _rollout(net, T, np.random.default_rng(1))
     s0 = net.initial_state()
@@ -91,7 +96,8 @@ def _run(a):
         setattr(cls, meth, timed)
 
     saved = [(cls, meth, vars(cls)[meth]) for cls in (L.Conv2d, L.Dense, L.LSTM, L.Heads)
-             for meth in ("prepare_backward", "backward", "forward_loss") if meth in vars(cls)]
+             for meth in ("prepare_backward", "backward", "backward_compiled", "forward_loss")
+             if meth in vars(cls)]
     try:
         for cls, meth, _ in saved:
             wrap(cls, meth)

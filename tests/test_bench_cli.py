@@ -303,14 +303,23 @@ def test_learner_parts_runs_and_restores_the_layers(capsys):
     lp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(lp)
     before = {(c, m): vars(c)[m] for c in (L.Conv2d, L.Dense, L.LSTM, L.Heads)
-              for m in ("prepare_backward", "backward", "forward_loss") if m in vars(c)}
-    assert lp.main(["--t-max", "3", "--repeat", "1"]) == 0
+              for m in ("prepare_backward", "backward", "backward_compiled", "forward_loss")
+              if m in vars(c)}
+    assert lp.main(["--t-max", "3", "--repeat", "1", "--numpy-backward"]) == 0
     out = capsys.readouterr().out
     for part in ("3 recorded steps", "rollout_grad:", "fused tail", "per agent step"):
         assert part in out
-    for name in ("conv1.backward", "conv1.prepare_backward", "conv2.backward", "fc.backward",
-                 "lstm.backward", "heads.forward_loss"):
+    for name in ("conv1.backward:", "conv1.prepare_backward", "conv2.backward:", "fc.backward:",
+                 "lstm.backward:", "heads.forward_loss"):
         assert name in out, name
+    assert "backward_compiled" not in out
+    if lp.build_network("mlp", (3,), 2).compiled_backward:
+        assert lp.main(["--t-max", "3", "--repeat", "1"]) == 0
+        out = capsys.readouterr().out
+        for name in ("conv1.backward_compiled", "conv2.backward_compiled",
+                     "fc.backward_compiled", "lstm.backward_compiled", "heads.forward_loss"):
+            assert name in out, name
+        assert "prepare_backward" not in out
     assert all(vars(c)[m] is f for (c, m), f in before.items())
 
 

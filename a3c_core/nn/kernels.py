@@ -47,6 +47,7 @@ from numba.core import types
 from numba.extending import intrinsic, overload, register_jitable
 
 from a3c_core._jit import FASTMATH, kernel
+from a3c_core.nn.blas import gemm
 
 ACT_CODES = {"elu": 0, "relu": 1, "identity": 2}
 
@@ -1247,3 +1248,119 @@ def record_state(h__h, c__h, h_out__h, c_out__h, hs__th, cs__th, t):
     _copy_row(c__h, cs__th[t])
     _copy_row(h_out__h, hs__th[t + 1])
     _copy_row(c_out__h, cs__th[t + 1])
+
+
+# ---------------------------------------------------------------------------
+# compiled layer backwards: one nogil call per layer of the batched backward
+#
+# Each runs exactly the arithmetic of its layer's numpy backward in
+# ``layers.py`` (the same elementwise kernels, the same BLAS products in the
+# same order through :func:`a3c_core.nn.blas.gemm`, which calls the BLAS numpy
+# itself calls): the results are bit-for-bit those of the numpy path
+# (tests/test_nn_compiled_backward.py).  What changes is the GIL: numpy's path
+# takes it back after every product and reshape (~75 Python-level calls per
+# doom-lstm update), these hold it only to dispatch one call per layer.
+# ``fn``/``ints``: the gemm address and integer prototype of ``blas.gemm_handle``.
+
+
+@kernel
+def conv_prepare(x__nchw, nchw, w__ocij, x_nhwc__nhwc, k, stride, pad, cols__pk, w_ijc__ok):
+    """``Conv2d.prepare_backward``: the im2col of the input rows (NCHW
+    observations with ``nchw``, else the previous layer's NHWC rows, passed
+    4-D either way) and the weight permuted to the (i, j, c) column order."""
+    if nchw:
+        n, c, h, w = x__nchw.shape
+        if c == 1:
+            x = x__nchw.reshape(n, h, w, 1)
+        else:
+            x = x_nhwc__nhwc[:n]
+            for b in range(n):
+                for r in range(h):
+                    for q in range(w):
+                        for e in range(c):
+                            x[b, r, q, e] = x__nchw[b, e, r, q]
+    else:
+        x = x__nchw
+    im2col_nhwc(x, k, k, stride, pad, cols__pk)
+    o, c2, kh, kw = w__ocij.shape
+    for a in range(o):
+        for i in range(kh):
+            for j in range(kw):
+                for e in range(c2):
+                    w_ijc__ok[a, (i * kw + j) * c2 + e] = w__ocij[a, e, i, j]
+
+
+@kernel
+def conv_backward(fn, ints, flat, dy__3, y__3, act, dz__ro, db__o, cols__pk, gw__ok, g__ocij,
+                  w_ijc__ok, want_dx, dcols__pk, k, stride, pad, dx__nhwc):
+    """``Conv2d.backward``: activation backward (``flat``: ``dy``/``y``
+    channel-first ``(T, O, P)``, the flattened last conv; else ``(1, T*P, O)``
+    NHWC rows), ``dW = dz.T @ cols`` permuted into the ``(O, C, k, k)``
+    gradient, ``db``, and with ``want_dx`` ``dx = col2im(dz @ W_ijc)``."""
+    rows, o = dz__ro.shape
+    if flat:
+        t_len = dy__3.shape[0]
+        act_backward_from_cp(dy__3, y__3, act, dz__ro.reshape(t_len, rows // t_len, o), db__o)
+    else:
+        act_backward(dy__3[0], y__3[0], act, dz__ro, db__o)
+    gemm(fn, ints, dz__ro, True, cols__pk, False, gw__ok, 0.0)
+    _, c, kh, kw = g__ocij.shape
+    for a in range(o):
+        for i in range(kh):
+            for j in range(kw):
+                for e in range(c):
+                    g__ocij[a, e, i, j] = gw__ok[a, (i * kw + j) * c + e]
+    if want_dx:
+        gemm(fn, ints, dz__ro, False, w_ijc__ok, False, dcols__pk, 0.0)
+        col2im_nhwc(dcols__pk, k, k, stride, pad, dx__nhwc)
+
+
+@kernel
+def dense_backward(fn, ints, dy__to, y__to, act, dz__to, db__o, x__ti, gw__oi, w__oi,
+                   want_dx, dx__ti):
+    """``Dense.backward``: ``dz = dy * act'``, ``db``, ``dW = dz.T @ x`` and
+    with ``want_dx`` ``dx = dz @ W`` (``dz`` may be ``dy`` itself)."""
+    act_backward(dy__to, y__to, act, dz__to, db__o)
+    gemm(fn, ints, dz__to, True, x__ti, False, gw__oi, 0.0)
+    if want_dx:
+        gemm(fn, ints, dz__to, False, w__oi, False, dx__ti, 0.0)
+
+
+@kernel
+def lstm_backward(fn, ints, dhs__th, zero__h, w_hh__gh, hs__th, cs__th, gates__tg, da__tg,
+                  dh0__h, dc0__h, resets, reset__t, hin__th, cin__th, hprev__th, cprev__th,
+                  x__ti, w_ih__gi, gw_ih__gi, gw_hh__gh, gb_ih__g, gb_hh__g, want_dx, dx__ti):
+    """``LSTM.backward``: BPTT over the recorded gates and cells (``resets``:
+    the rollout crosses an episode boundary, see ``lstm_seq_backward_reset``),
+    then ``db_ih = db_hh = sum_t da``, ``dW_ih = da.T @ x``, ``dW_hh = da.T @
+    h_prev`` and with ``want_dx`` ``dx = da @ W_ih``."""
+    t_len, hd = hprev__th.shape
+    if resets:
+        for t in range(t_len):
+            if reset__t[t]:
+                for k in range(hd):
+                    hprev__th[t, k] = hin__th[t, k]
+                    cprev__th[t, k] = cin__th[t, k]
+            else:
+                for k in range(hd):
+                    hprev__th[t, k] = hs__th[t, k]
+                    cprev__th[t, k] = cs__th[t, k]
+        hprev, cprev = hprev__th, cprev__th
+    else:
+        hprev, cprev = hs__th[:t_len], cs__th[:t_len]
+    # without resets (no flag set, cprev = cs[:T]) this is lstm_seq_backward's
+    # arithmetic in the same order: one BPTT kernel to compile, not two
+    lstm_seq_backward_reset(dhs__th, zero__h, zero__h, w_hh__gh, hs__th, cs__th, cprev,
+                            reset__t, gates__tg, da__tg, dh0__h, dc0__h)
+    g4 = da__tg.shape[1]
+    for r in range(g4):
+        gb_ih__g[r] = da__tg[0, r]
+    for t in range(1, t_len):
+        for r in range(g4):
+            gb_ih__g[r] += da__tg[t, r]
+    for r in range(g4):
+        gb_hh__g[r] = gb_ih__g[r]
+    gemm(fn, ints, da__tg, True, x__ti, False, gw_ih__gi, 0.0)
+    gemm(fn, ints, da__tg, True, hprev, False, gw_hh__gh, 0.0)
+    if want_dx:
+        gemm(fn, ints, da__tg, False, w_ih__gi, False, dx__ti, 0.0)

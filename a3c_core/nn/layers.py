@@ -192,6 +192,40 @@ class Conv2d:
         K.col2im_nhwc(dcols, self.k, self.k, self.stride, self.pad, dx)
         return dx
 
+    def backward_compiled(self, bl, ws, p, g, x, dy, t_len, dx, prep=False):
+        """:meth:`backward` in one nogil call (``kernels.conv_backward``; bit-for-bit
+        the same results), ``bl`` = ``(gemm address, ints)``.  ``prep``: run
+        :meth:`prepare_backward` first, in one more call (the backward-only
+        update, whose recorded rows have no im2col yet)."""
+        fn, ints = bl
+        c, h, w = self.in_shape
+        o, n_pix = self.out_ch, self.n_pix
+        rows = t_len * n_pix
+        cols = ws["cols"][:rows]
+        if prep:
+            if self.nchw_in:
+                x4 = x.reshape(t_len, c, h, w)
+                xt = ws["x_nhwc"] if "x_nhwc" in ws else x4
+            else:
+                x4 = x
+                xt = x4
+            K.conv_prepare(x4, self.nchw_in, p[self.name + ".weight"], xt, self.k, self.stride,
+                           self.pad, cols, ws["w_ijc"])
+        if self.flatten_out:
+            dy3 = dy.reshape(t_len, o, n_pix)
+            y3 = ws["flat"][:t_len].reshape(t_len, o, n_pix)
+        else:
+            dy3 = dy.reshape(1, rows, o)
+            y3 = ws["z"][:rows].reshape(1, rows, o)
+        want_dx = dx is not None
+        dcols = ws["dcols"][:rows] if want_dx else cols
+        dx4 = dx if want_dx else ws["gw"].reshape(1, 1, 1, -1)
+        K.conv_backward(fn, ints, self.flatten_out, dy3, y3, K.ACT_CODES[self.act],
+                        ws["dz"][:rows], g[self.name + ".bias"], cols, ws["gw"],
+                        g[self.name + ".weight"], ws["w_ijc"], want_dx, dcols, self.k,
+                        self.stride, self.pad, dx4)
+        return dx
+
     # -- batch-1 step -----------------------------------------------------------
     def step_call(self, p, dt):
         """``(kernel, args, out)``: ``kernel(x, *args)`` writes ``out`` (CHW, or
@@ -275,6 +309,19 @@ class Dense:
             return None
         return np.dot(dz, p[self.name + ".weight"], out=dx.reshape(t_len, self.n_in))
 
+    def backward_compiled(self, bl, ws, p, g, x, dy, t_len, dx, prep=False):
+        """:meth:`backward` in one nogil call (``kernels.dense_backward``;
+        bit-for-bit the same results); ``prep`` is unused (nothing to prepare)."""
+        fn, ints = bl
+        dz = ws["dy"][:t_len]
+        x2 = x.reshape(t_len, self.n_in)
+        want_dx = dx is not None
+        dx2 = dx.reshape(t_len, self.n_in) if want_dx else x2
+        K.dense_backward(fn, ints, dy, ws["y"][:t_len], K.ACT_CODES[self.act], dz,
+                         g[self.name + ".bias"], x2, g[self.name + ".weight"],
+                         p[self.name + ".weight"], want_dx, dx2)
+        return dx2 if want_dx else None
+
     def step_call(self, p, dt):
         y = np.empty(self.n_out, dt)
         return K.dense_act_vec, (p[self.name + ".weight"], p[self.name + ".bias"],
@@ -334,7 +381,8 @@ class LSTM:
                 # input state of each reset step (hs/cs keep the outputs),
                 # the reset mask, and the previous-state rows the backward reads
                 "hin": np.zeros((t_cap, hd), dt), "cin": np.zeros((t_cap, hd), dt),
-                "reset": np.zeros(t_cap, np.bool_), "hprev": np.empty((t_cap, hd), dt),
+                "reset": np.zeros(t_cap, np.bool_), "no_reset": np.zeros(t_cap, np.bool_),
+                "hprev": np.empty((t_cap, hd), dt),
                 "cprev": np.empty((t_cap, hd), dt), "tmp": np.empty((2, hd), dt)}
 
     def forward(self, ws, p, x, t_len, h0, c0):
@@ -378,6 +426,23 @@ class LSTM:
         if dx is None:
             return None
         return np.dot(da, p[n + ".weight_ih"], out=dx.reshape(t_len, self.n_in))
+
+    def backward_compiled(self, bl, ws, p, g, x, dhs, t_len, dx, resets=False):
+        """:meth:`backward` in one nogil call (``kernels.lstm_backward``;
+        bit-for-bit the same results), ``bl`` = ``(gemm address, ints)``."""
+        fn, ints = bl
+        n = self.name
+        x2 = x.reshape(t_len, self.n_in)
+        want_dx = dx is not None
+        dx2 = dx.reshape(t_len, self.n_in) if want_dx else x2
+        K.lstm_backward(fn, ints, dhs, ws["zero"], p[n + ".weight_hh"], ws["hs"][:t_len + 1],
+                        ws["cs"][:t_len + 1], ws["gates"][:t_len], ws["da"][:t_len], ws["dh0"],
+                        ws["dc0"], bool(resets),
+                        (ws["reset"] if resets else ws["no_reset"])[:t_len], ws["hin"][:t_len],
+                        ws["cin"][:t_len], ws["hprev"][:t_len], ws["cprev"][:t_len], x2,
+                        p[n + ".weight_ih"], g[n + ".weight_ih"], g[n + ".weight_hh"],
+                        g[n + ".bias_ih"], g[n + ".bias_hh"], want_dx, dx2)
+        return dx2 if want_dx else None
 
     def step_args(self, p):
         n = self.name

@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import blas
 from . import kernels as K
 from .layers import LSTM, Conv2d, Dense, Heads
 from .layout import ParamLayout
@@ -268,6 +269,31 @@ class Network:
         self._rec_t = -1          # recorded rows (-1: no recording in progress)
         self._rec_resets = 0      # recorded steps that started a new segment (state reset)
         self._rec_state = None    # the state the last recorded step returned
+        handle = blas.gemm_handle()
+        # (gemm address, ints): the backward runs one nogil call per layer
+        self._bl = None if handle is None else (blas.address_for(handle, self._dtype),
+                                                handle[2])
+
+    @property
+    def compiled_backward(self) -> bool:
+        """True when the batched backward (``loss_and_grad``, ``rollout_grad``)
+        runs one compiled nogil call per layer, its GEMMs in numpy's BLAS
+        through :mod:`a3c_core.nn.blas`; False: the same arithmetic through
+        ``np.dot`` and per-layer kernels (bit-for-bit the same gradients).
+        False where numpy's BLAS entry point was not found (or with
+        ``A3C_NUMPY_BACKWARD=1``).  Settable to False (and back) to compare."""
+        return self._bl is not None
+
+    @compiled_backward.setter
+    def compiled_backward(self, on):
+        if not on:
+            self._bl = None
+            return
+        handle = blas.gemm_handle()
+        if handle is None:
+            raise RuntimeError("compiled_backward: numpy's BLAS gemm entry point was not "
+                               "found (see a3c_core.nn.blas); the numpy backward runs")
+        self._bl = (blas.address_for(handle, self._dtype), handle[2])
 
     def fork(self) -> "Network":
         """A new Network over the SAME ``params`` buffer (no copy: an update
@@ -591,6 +617,17 @@ class Network:
             self._ws[len(self.encoder)]["reset"][:] = False
         self._rec_resets = 0
 
+    def _zero_recording(self, t_len) -> None:
+        """Mark ``t_len`` all-zero rows as recorded, without a forward: for a
+        compile helper that only needs :meth:`rollout_grad`'s kernels (the
+        batched forward's are never a worker's)."""
+        self.begin_rollout(t_len)
+        for lws in self._ws:
+            for arr in lws.values():
+                arr[...] = 0
+        self._obs_rows[...] = 0
+        self._rec_t = int(t_len)
+
     def rollout_grad(self, actions, returns, advantages, *, value_coef=0.5,
                      entropy_beta=0.01, uniform_kl=0.0) -> dict:
         """The gradient of :meth:`loss_and_grad` over the recorded rollout,
@@ -613,16 +650,18 @@ class Network:
         n_enc = len(self.encoder)
         x = self._obs_rows[:t_len]
         inputs = []
+        compiled = self._bl is not None
         for layer, lws in zip(self.encoder, ws):
             inputs.append(x)
-            layer.prepare_backward(lws, p, x, t_len)
+            if not compiled:      # the compiled backward prepares inside its call
+                layer.prepare_backward(lws, p, x, t_len)
             x = layer.out_rows(lws, t_len)
         feat = x
         top = ws[n_enc]["hs"][1:t_len + 1] if self.recurrent else feat
         self._last_t = t_len
         stats = self.heads.forward_loss(ws[-1], p, self._g, top, actions, returns, advantages,
                                         value_coef, entropy_beta, t_len, uniform_kl)
-        self._backward(inputs, feat, t_len, resets=self._rec_resets > 0)
+        self._backward(inputs, feat, t_len, resets=self._rec_resets > 0, prep=True)
         return stats
 
     def _check_obs(self, obs):
@@ -660,20 +699,30 @@ class Network:
             if self.recurrent else feat
         return inputs, feat, top
 
-    def _backward(self, inputs, feat, t_len, resets=False):
+    def _backward(self, inputs, feat, t_len, resets=False, prep=False):
         """Backward from the heads' ``dtop`` rows through core and encoder;
         each layer writes its input gradient into the previous layer's
-        output-gradient rows."""
-        ws, p, g = self._ws, self._p, self._g
+        output-gradient rows.  With :attr:`compiled_backward` each layer is
+        one nogil call (``prep``: the conv layers also prepare their im2col
+        rows, which the backward-only update has not done)."""
+        ws, p, g, bl = self._ws, self._p, self._g, self._bl
         n_enc = len(self.encoder)
         dy = ws[-1]["dtop"][:t_len]
         last = self.encoder[-1]
         if self.recurrent:
-            dy = self.core.backward(ws[n_enc], p, g, feat, dy, t_len,
-                                    last.dy_rows(ws[n_enc - 1], t_len), resets)
+            dx = last.dy_rows(ws[n_enc - 1], t_len)
+            if bl is None:
+                dy = self.core.backward(ws[n_enc], p, g, feat, dy, t_len, dx, resets)
+            else:
+                dy = self.core.backward_compiled(bl, ws[n_enc], p, g, feat, dy, t_len, dx,
+                                                 resets)
         for i in range(n_enc - 1, -1, -1):
             dx = self.encoder[i - 1].dy_rows(ws[i - 1], t_len) if i > 0 else None
-            dy = self.encoder[i].backward(ws[i], p, g, inputs[i], dy, t_len, dx)
+            if bl is None:
+                dy = self.encoder[i].backward(ws[i], p, g, inputs[i], dy, t_len, dx)
+            else:
+                dy = self.encoder[i].backward_compiled(bl, ws[i], p, g, inputs[i], dy, t_len,
+                                                       dx, prep)
 
     def _run(self, obs, actions, returns, advantages, state, value_coef, entropy_beta,
              backward, uniform_kl=0.0):

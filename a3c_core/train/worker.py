@@ -681,13 +681,13 @@ def _watch_parent():
 
 def _helper_main():
     """Entry of the helper process: compile (into the cache) the kernels of
-    the backward-only update for ``argv[1]``'s network, recording the rows
-    with the batched forward instead of the step kernel (which the parent is
-    compiling).  Exits when its parent is gone."""
+    the backward-only update for ``argv[1]``'s network, over zero rows
+    marked recorded (neither the step kernel, which the parent is compiling,
+    nor the batched forward, which a worker never runs).  Exits when its
+    parent is gone."""
     from a3c_core.nn.network import network_from_spec
 
     net = network_from_spec(_watch_parent()["job"])
-    obs = np.zeros((3,) + tuple(net.obs_shape), net.dtype)
     zeros = np.zeros(3, np.float32)
-    net.record_rollout(obs, net.initial_state())
+    net._zero_recording(3)      # zero rows: no batched-forward kernels to compile
     net.rollout_grad(np.zeros(3, np.int64), zeros, zeros)

@@ -1,0 +1,131 @@
+"""An upper bound on the GIL a worker's own code holds per agent step, without a probe.
+
+    python bench/gil_budget.py [--seconds 3] [--repeats 5] [--episode 40] [--json PATH]
+
+The trainer's :class:`~a3c_core.train.worker.Worker` loop (recorded steps,
+sampling, the observation pipeline, reward scaling, returns, the
+backward-only update, the norm/Adam/sync tail, episode bookkeeping) runs
+alone on one thread with the doom-lstm layer list shrunk until its
+arithmetic is negligible (obs 1x20x20, fc 8, LSTM 8: ~9k MACs per step
+against doom's 2.26M) and an env that does nothing (a fixed 20x20 frame,
+``--episode``-step episodes).  What is left of each step's wall time is the
+interpreter: the Python lines, the dispatch into each compiled call and
+its return, all with the GIL held, plus the few remaining nogil
+microseconds.  So µs per agent step here bounds from above the GIL that
+a3c_core's worker code holds per step with the full network, since the
+number and kind of calls do not depend on the layer sizes.  It leaves out
+the env's own Python (``DoomEnv.step``'s wrapper and ViZDoom's GIL-held part;
+see ``gil_parts.py``'s ``env`` row).
+
+Unlike the probe of ``a3c bench`` and ``gil_parts.py``, this needs no
+second thread and reads the same to a few percent run to run.  It times
+both backward paths in alternation (``compiled``: one nogil call per layer,
+``numpy``: ``np.dot`` and per-layer kernels, see ``a3c_core.nn.blas``),
+with the paper's rollouts (up to 20 steps, cut at episode ends) and with
+merged rollouts (``--min-rollout 10``, what the default switch does once
+episodes are short).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+
+class _NullEnv:
+    """No work at all: a fixed frame, reward -1, episodes of ``episode`` steps."""
+
+    obs_kind, n_actions = "image", 3
+
+    def __init__(self, episode=40, hw=(20, 20)):
+        self.obs_shape = hw
+        self.obs_dtype = np.dtype(np.uint8)
+        self._frame = np.random.default_rng(0).integers(0, 256, hw, dtype=np.uint8)
+        self._episode, self._t = episode, 0
+        self.episode_over = False
+
+    def reset(self):
+        self._t = 0
+        self.episode_over = False
+        return self._frame
+
+    def step(self, action):
+        self._t += 1
+        done = self._t >= self._episode
+        self.episode_over = done
+        return self._frame, -1.0, done, False
+
+
+def make_worker(episode, min_steps=1, compiled=True):
+    from a3c_core import core
+    from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer
+    from a3c_core.nn.network import build_network
+    from a3c_core.obs import ObsPipeline
+    from a3c_core.train.worker import RolloutSettings, ThreadStore, Worker
+
+    env = _NullEnv(episode)
+    pipe = ObsPipeline({"kind": "image", "out_shape": [20, 20]}, env.obs_shape)
+    net = build_network("doom-lstm", pipe.net_obs_shape, env.n_actions, fc_size=8,
+                        lstm_size=8)
+    net.compiled_backward = compiled
+    shared = core.SharedState(net.params.copy(), core.Adam(net.n_params, lr=1e-4))
+    store = ThreadStore(shared, ReturnNormalizer(0.99), None, AdvantageNormalizer())
+    s = RolloutSettings(t_max=20, gamma=0.99, bootstrap_truncated=False,
+                        normalize_advantages=True, min_steps=min_steps)
+    return Worker(0, env, net, pipe, store, s, np.random.default_rng(0))
+
+
+def us_per_step(worker, seconds):
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        k, _, _, _ = worker.rollout()
+        n += k
+    return (time.perf_counter() - t0) * 1e6 / n
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=3.0, help="per sample (default 3)")
+    ap.add_argument("--repeats", type=int, default=5, help="samples per path (default 5)")
+    ap.add_argument("--episode", type=int, default=40, help="episode length (default 40)")
+    ap.add_argument("--json", default=None, help="also write the samples as JSON")
+    a = ap.parse_args(argv)
+
+    from a3c_core._blas import limit_blas_threads
+    from a3c_core.nn import blas
+
+    limit_blas_threads(1)
+    paths = {}
+    for rollouts, min_steps in (("paper", 1), ("merged", 10)):
+        for bw in ("compiled", "numpy"):
+            if bw == "compiled" and blas.gemm_handle() is None:
+                continue
+            paths[f"{bw}, {rollouts}"] = make_worker(a.episode, min_steps, bw == "compiled")
+    for w in paths.values():          # compile / load, then settle
+        us_per_step(w, 0.3)
+    samples = {k: [] for k in paths}
+    for _ in range(a.repeats):
+        for k, w in paths.items():
+            samples[k].append(us_per_step(w, a.seconds))
+    print(f"episodes of {a.episode} steps; us per agent step, median (min-max) of "
+          f"{a.repeats} x {a.seconds:g} s, interleaved")
+    for k, v in samples.items():
+        print(f"  {k:20s} {statistics.median(v):7.2f}  ({min(v):.2f}-{max(v):.2f})")
+    for rollouts in ("paper", "merged"):
+        c, n = samples.get(f"compiled, {rollouts}"), samples.get(f"numpy, {rollouts}")
+        if c and n:
+            ratio = statistics.median(b / x for x, b in zip(c, n))
+            print(f"  numpy / compiled, {rollouts}: {ratio:.2f}x (median of interleaved pairs)")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"episode": a.episode, "seconds": a.seconds, "samples": samples}, f,
+                      indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
