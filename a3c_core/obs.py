@@ -42,6 +42,7 @@ class ObsPipeline:
         self.spec = dict(preprocess_spec)
         self.raw_shape = tuple(int(s) for s in raw_shape)
         self.kind = self.spec.get("kind")
+        self._image = self.kind == "image"
         if self.kind == "image":
             from a3c_core.core import Preprocessor
 
@@ -97,10 +98,13 @@ class ObsPipeline:
         if out is None:
             out = np.empty(self.net_obs_shape, np.float32)
         if type(raw) is not np.ndarray or raw.shape != self.raw_shape \
-                or (self.kind == "image" and raw.dtype != np.uint8):
+                or (self._image and raw.dtype != np.uint8):
             raw = self.check(raw)
-        if self.kind == "image":
-            self._prep(raw, out.reshape(self.net_obs_shape[1:]))
+        if self._image:
+            try:       # the kernel takes (1, H, W), (H, W) or (H*W,) rows as they are
+                self._prep(raw, out)
+            except ValueError:
+                self._prep(raw, out.reshape(self.net_obs_shape[1:]))
         else:
             if raw.dtype.kind not in "biuf":
                 self.check(raw)

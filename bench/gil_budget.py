@@ -79,6 +79,86 @@ def make_worker(episode, min_steps=1, compiled=True):
     return Worker(0, env, net, pipe, store, s, np.random.default_rng(0))
 
 
+def kernel_compute_us(worker, rollouts=40, target_s=0.02):
+    """Per agent step: the compute of the Numba kernels that ``worker``'s
+    loop calls, each timed from a compiled loop (no dispatch, no GIL).
+
+    Every kernel call of ``rollouts`` rollouts is recorded (the module
+    attributes the network, its layers and the worker call through are
+    wrapped meanwhile, then restored), then each call is re-run from a
+    ``njit`` loop over the same arguments.  Returns ``(us per step, {kernel:
+    us per step})``."""
+    from numba import njit
+    from numba.core.dispatcher import Dispatcher
+
+    import a3c_core.nn.kernels as K
+    import a3c_core.train.worker as W
+
+    calls, saved = [], []
+
+    def wrap(mod, name, disp):
+        def recording(*args):
+            calls.append((name, disp, args))
+            return disp(*args)
+        saved.append((mod, name, disp))
+        setattr(mod, name, recording)
+
+    for mod in (K, W):
+        for name, obj in list(vars(mod).items()):
+            if isinstance(obj, Dispatcher):
+                wrap(mod, name, obj)
+    try:
+        steps = sum(worker.rollout()[0] for _ in range(rollouts))
+    finally:
+        for mod, name, disp in saved:
+            setattr(mod, name, disp)
+    loops, per_call = {}, {}
+    for name, disp, args in calls:
+        key = (name, tuple(type(a).__name__ + str(getattr(a, "shape", "")) for a in args))
+        if key in per_call:
+            continue
+        if disp not in loops:
+            returns_number = isinstance(disp(*args), (bool, int, float, np.number))
+
+            def make(f, acc):
+                if acc:        # keep the results, so the calls cannot be optimized away
+                    @njit(nogil=True)
+                    def loop(n, args):
+                        s = 0.0
+                        for _ in range(n):
+                            s += f(*args)
+                        return s
+                else:
+                    @njit(nogil=True)
+                    def loop(n, args):
+                        for _ in range(n):
+                            f(*args)
+                        return 0.0
+                return loop
+            loops[disp] = make(disp, returns_number)
+        loop = loops[disp]
+        loop(1, args)
+        n = 1
+        while True:
+            t0 = time.perf_counter()
+            loop(n, args)
+            dt = time.perf_counter() - t0
+            if dt >= target_s or n >= 1 << 22:
+                break
+            n *= 4
+        best = dt
+        for _ in range(2):
+            t0 = time.perf_counter()
+            loop(n, args)
+            best = min(best, time.perf_counter() - t0)
+        per_call[key] = best / n * 1e6
+    by_kernel = {}
+    for name, disp, args in calls:
+        key = (name, tuple(type(a).__name__ + str(getattr(a, "shape", "")) for a in args))
+        by_kernel[name] = by_kernel.get(name, 0.0) + per_call[key] / steps
+    return sum(by_kernel.values()), by_kernel
+
+
 def us_per_step(worker, seconds):
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
@@ -120,10 +200,21 @@ def main(argv=None):
         if c and n:
             ratio = statistics.median(b / x for x, b in zip(c, n))
             print(f"  numpy / compiled, {rollouts}: {ratio:.2f}x (median of interleaved pairs)")
+    compute = {}
+    for k, w in paths.items():
+        compute[k], parts = kernel_compute_us(w)
+    print("less the Numba kernels' own compute (each timed from a compiled loop):")
+    est = {}
+    for k, v in samples.items():
+        est[k] = statistics.median(v) - compute[k]
+        print(f"  {k:20s} {est[k]:7.2f}  (kernels {compute[k]:.2f} us per step)")
+    print("  kernels, compiled paper path: " + ", ".join(
+        f"{n} {u:.2f}" for n, u in sorted(kernel_compute_us(paths[next(iter(paths))])[1].items(),
+                                           key=lambda kv: -kv[1])))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"episode": a.episode, "seconds": a.seconds, "samples": samples}, f,
-                      indent=1)
+            json.dump({"episode": a.episode, "seconds": a.seconds, "samples": samples,
+                       "kernel_compute_us": compute, "estimate_us": est}, f, indent=1)
     return 0
 
 

@@ -173,3 +173,25 @@ def test_resume_from_a_corrupt_norm_is_refused_and_keeps_the_run(tmp_path):
         Trainer(base.replace(total_steps=80), resume=run)
     for f, data in before.items():
         assert open(os.path.join(run, f), "rb").read() == data
+
+
+@pytest.mark.parametrize("norm", [False, True])
+def test_pipeline_writes_every_accepted_out_shape_alike(norm):
+    """The image pipeline hands ``out`` to the resize kernel as it is when the
+    kernel takes its shape ((1, H, W), (H, W), (H*W,)) and reshapes anything
+    else of H*W contiguous values: every form gets the same values, a
+    wrong size is refused."""
+    rng = np.random.default_rng(3)
+    spec = {"kind": "image", "out_shape": [12, 10]}
+    if norm:
+        spec["norm"] = {"mean": rng.random(120).tolist(), "std": 0.2}
+    pipe = ObsPipeline(spec, (30, 40))
+    frame = rng.integers(0, 256, (30, 40), dtype=np.uint8)
+    want = pipe(frame)
+    assert want.shape == (1, 12, 10)
+    for shape in ((1, 12, 10), (12, 10), (120,), (12, 10, 1), (2, 60)):
+        out = np.full(shape, np.nan, np.float32)
+        assert pipe(frame, out) is out
+        assert np.array_equal(out.reshape(1, 12, 10), want), shape
+    with pytest.raises(ValueError):
+        pipe(frame, np.empty((1, 12, 11), np.float32))

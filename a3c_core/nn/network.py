@@ -51,6 +51,13 @@ Execution:
   activation, the LSTM recurrence and BPTT, heads + A3C loss in Numba).
   Activations stay in per-layer workspace rows indexed by t; the workspace
   is preallocated per network and grown when a longer rollout arrives.
+  The backward (of ``loss_and_grad`` and of ``rollout_grad``) is one nogil
+  Numba call per layer (``kernels.conv_backward``, ``dense_backward``,
+  ``lstm_backward``) whose GEMMs call numpy's own BLAS through
+  :mod:`a3c_core.nn.blas`: the same arithmetic as the per-layer numpy path
+  (``np.dot`` between kernels), bit for bit, with the GIL taken ~5 times
+  per update instead of ~20 (:attr:`Network.compiled_backward`; the numpy
+  path runs where numpy's BLAS entry point is not found).
 * backward-only update (what a worker runs): ``begin_rollout(t_cap)``, then
   ``step(obs, state, record=True)`` per env step stores that step's
   activations as row t of the same workspace (obs, conv outputs, fc
@@ -432,7 +439,10 @@ class Network:
             obs = obs.reshape(self.obs_shape)
         probs = np.empty(self.n_actions, dt)
         if self.recurrent:
-            h, c = self._state_arrays(state)
+            if record and state is self._rec_state and state is not None:
+                h, c = state       # the previous recorded step's own output arrays
+            else:
+                h, c = self._state_arrays(state)
             h_out = np.empty_like(h)
             c_out = np.empty_like(c)
             new_state = (h_out, c_out)

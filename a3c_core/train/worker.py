@@ -523,7 +523,7 @@ class Worker:
 
 #: seconds the step's warm-up may take before warm_up_network starts its
 #: helper process (a cache load takes well under this; a compile far more)
-HELPER_DELAY_S = 3.0
+HELPER_DELAY_S = 1.5
 
 
 def _usable_cpus() -> int:
