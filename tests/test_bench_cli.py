@@ -425,3 +425,38 @@ def test_standin_scaling_prints_a_rate_per_worker_count(capsys):
     for bad in ("0", "x", ""):
         with pytest.raises(SystemExit):
             ss.main(["--workers", bad])
+
+
+def test_gil_budget_records_kernels_and_restores_modules(capsys):
+    """bench/gil_budget.py: the kernel-compute pass sees the worker's kernels
+    (the fused step and the compiled backward's), gives every one a finite
+    positive share, puts the module attributes back, and main prints a row
+    per path (the figures themselves are benchmarks, not checked here)."""
+    import importlib.util
+    import math
+    import os
+
+    from numba.core.dispatcher import Dispatcher
+
+    import a3c_core.nn.kernels as K
+    import a3c_core.train.worker as W
+
+    spec = importlib.util.spec_from_file_location(
+        "gil_budget", os.path.join(os.path.dirname(__file__), "..", "bench", "gil_budget.py"))
+    gb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gb)
+    before = {(m.__name__, k): v for m in (K, W) for k, v in vars(m).items()
+              if isinstance(v, Dispatcher)}
+    w = gb.make_worker(episode=7)
+    total, parts = gb.kernel_compute_us(w, rollouts=3, target_s=0.001)
+    assert {(m.__name__, k): v for m in (K, W) for k, v in vars(m).items()
+            if isinstance(v, Dispatcher)} == before
+    assert "doom_step_rec_packed" in parts and "sample_categorical" in parts
+    if w.net.compiled_backward:
+        assert {"conv_backward", "dense_backward", "lstm_backward"} <= set(parts)
+    assert all(math.isfinite(v) and v >= 0 for v in parts.values())
+    assert total == pytest.approx(sum(parts.values()))
+    assert gb.main(["--seconds", "0.05", "--repeats", "1", "--episode", "5"]) == 0
+    out = capsys.readouterr().out
+    for path in ("numpy, paper", "numpy, merged", "less the Numba kernels"):
+        assert path in out
