@@ -9,7 +9,8 @@ Three ceilings, each from a figure the bench measured on this machine:
   busy and N workers on N cores run at ``N x steps/s(1 worker)``;
 * **GIL**: the GIL-held time per agent step ``g`` (the probe's ``GIL us/step``,
   or with ``--gil-row`` its noise-subtracted row, which leaves out the
-  probe's own jitter; see ``bench/gil_calibrate.py``) serializes: all workers together cannot exceed ``1 / g`` steps/s (Amdahl);
+  probe's own jitter, see ``bench/gil_calibrate.py``; or ``--gil-us`` a
+  figure from elsewhere, e.g. ``bench/gil_budget.py``'s bound) serializes: all workers together cannot exceed ``1 / g`` steps/s (Amdahl);
   below that a worker also waits while the N - 1 others hold it, modelled as
   an M/D/1 queue: each step is slowed by the mean wait ``g u / (2 (1 - u))``
   at the others' GIL utilization ``u`` (solved as a fixed point);
@@ -77,15 +78,20 @@ def main(argv=None):
     p.add_argument("--gil-row", default="GIL us/step",
                    help="the bench row that gives g: 'GIL us/step' (the probe's raw figure, "
                         "the default) or 'GIL us/step (probe noise subtracted)'")
+    p.add_argument("--gil-us", type=float, default=None,
+                   help="g in us per agent step instead of a bench row, e.g. the bound "
+                        "bench/gil_budget.py gives plus the env's share")
     a = p.parse_args(argv)
+    if a.gil_us is not None and not a.gil_us > 0:
+        p.error(f"--gil-us must be > 0, got {a.gil_us}")
     with open(a.bench_json) as f:
         rows = rows_by_name(json.load(f))
-    need = ["train steps/s w1", a.gil_row]
+    need = ["train steps/s w1"] + ([] if a.gil_us is not None else [a.gil_row])
     missing = [k for k in need if k not in rows]
     if missing:
         p.error(f"{a.bench_json} has no {missing} rows (run a3c bench without --skip-e2e/--skip-gil)")
     sps1 = rows["train steps/s w1"]["median"]
-    gil = rows[a.gil_row]["median"]
+    gil = a.gil_us if a.gil_us is not None else rows[a.gil_row]["median"]
     bw = a.bandwidth or (rows["memory bandwidth"]["median"] if "memory bandwidth" in rows else None)
     if bw is None:
         p.error("no memory bandwidth row in the JSON; pass --bandwidth GB/s")

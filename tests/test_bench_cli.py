@@ -400,6 +400,13 @@ def test_scaling_model_projects_from_either_gil_row(tmp_path, capsys):
     with pytest.raises(SystemExit):
         sm.main([str(path)])
     assert "GIL us/step" in capsys.readouterr().err
+    # --gil-us replaces the row (which may then be missing); it must be > 0
+    assert sm.main([str(path), "--workers", "1,64", "--gil-us", "10"]) == 0
+    given = capsys.readouterr().out
+    assert "GIL 10.0 us/step" in given and "| 100,000 |" in given   # 1 / 10 us
+    with pytest.raises(SystemExit):
+        sm.main([str(path), "--gil-us", "0"])
+    assert "--gil-us" in capsys.readouterr().err
 
 
 def test_standin_scaling_prints_a_rate_per_worker_count(capsys):

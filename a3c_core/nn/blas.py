@@ -169,6 +169,19 @@ def _probe(fn_s, fn_d, ints):
     return True
 
 
+def _numpy_blas_is_ilp64():
+    """True when numpy's build info says its BLAS takes 64-bit integers (an
+    ILP64 library whose symbols carry no ``64_`` suffix must not be called
+    with 32-bit ones: a ctypes probe would not notice, since libffi widens
+    the arguments, but compiled code would pass garbage upper halves)."""
+    try:
+        info = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    except Exception:  # noqa: BLE001 - older numpy: no build info, trust the symbol names
+        return False
+    text = " ".join(str(v) for v in info.values()).lower()
+    return "use64bitint" in text or "ilp64" in text
+
+
 def gemm_handle():
     """``(sgemm address, dgemm address, ints prototype)`` of numpy's BLAS, or
     None (then the callers use ``np.dot``).  ``A3C_NUMPY_BACKWARD=1`` forces
@@ -179,12 +192,15 @@ def gemm_handle():
     if _SEARCHED:
         return _HANDLE
     _SEARCHED = True
+    ilp64 = _numpy_blas_is_ilp64()
     for path in _numpy_blas_paths():
         try:
             lib = ctypes.CDLL(path)
         except OSError:
             continue
         for s_name, d_name, int_t in _SYMBOLS:
+            if ilp64 and int_t is np.int32:
+                continue
             try:
                 fs, fd = getattr(lib, s_name), getattr(lib, d_name)
             except AttributeError:
