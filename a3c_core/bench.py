@@ -173,6 +173,10 @@ def machine_info() -> dict:
         **versions(),  # python, numpy, numba, a3c_core
         "hugepages": _hugepage_info(),
     }
+    from a3c_core.nn.blas import gemm_handle
+
+    # the backward's path: one compiled call per layer through numpy's BLAS, or np.dot
+    info["backward"] = "compiled" if gemm_handle() is not None else "numpy"
     try:
         from threadpoolctl import threadpool_info
 
@@ -957,7 +961,8 @@ def main(argv=None) -> int:
     hp = info["hugepages"]
     print(f"a3c bench: {info['cpu_model']}, {info['cpu_count']} cores, Python {info['python']}, "
           f"numpy {info['numpy']}, numba {info['numba']}, huge pages "
-          f"{'on' if hp['requested'] else 'off'} (THP {hp['thp'] or 'n/a'})", flush=True)
+          f"{'on' if hp['requested'] else 'off'} (THP {hp['thp'] or 'n/a'}), "
+          f"{info['backward']} backward", flush=True)
 
     rows, skipped = [], []
 

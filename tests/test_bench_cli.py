@@ -70,6 +70,9 @@ def test_bench_quick_table_and_json(tmp_path, capsys):
     assert 0 < rows["loss_and_grad T=20 GFLOP/s"]["fraction_of_peak"]
     for key in ("cpu_model", "cpu_count", "python", "numpy", "numba"):
         assert doc["machine"][key]
+    from a3c_core.nn.blas import gemm_handle
+    assert doc["machine"]["backward"] == ("compiled" if gemm_handle() else "numpy")
+    assert f"{doc['machine']['backward']} backward" in text
     assert doc["flops"]["per_step"]["forward"] == 2 * MACS
     header = next(line for line in text.splitlines() if line.startswith("name"))
     assert header.split() == ["name", "median", "min", "max", "unit", "notes"]
