@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Where the GIL time goes on a 16-core machine, and e2e scaling with longer
 # windows (issue 12); the second prepared command for a lent machine (see
-# bench/device_scaling.sh for the setup it shares).
+# bench/device_setup.sh for the setup it shares with device_scaling.sh).
 #
 #   bash bench/device_gil.sh OUT_DIR [WHEEL_DIR]
 #
 # WHEEL_DIR as in device_scaling.sh, plus a py-spy wheel.  Steps:
 #   1. single-core cache/memory read bandwidth at 0.5, 4.8 (doom-lstm's
 #      float32 parameters) and 64 MB;
-#   2. bench/gil_parts.py: the probe's GIL time per part of a worker step;
+#   2. bench/gil_parts.py: the probe's GIL time per part of a worker step,
+#      and bench/gil_budget.py: the bound without a probe;
 #   3. py-spy --gil on a 1-worker doom:basic training run: which Python
 #      frames hold the GIL (raw collapsed stacks);
 #   4. a3c bench --quick --seconds 10 --skip-gil --skip-env at 1..16 workers.
@@ -20,15 +21,7 @@ PY=${PYTHON:-python3}
 mkdir -p "$OUT"
 t0=$(date +%s)
 stamp() { echo "== $(( $(date +%s) - t0 )) s: $*"; }
-if [ -n "$WHL" ]; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/a3c_site "$WHL"/*.whl || exit 1
-    export PYTHONPATH=/tmp/a3c_site${PYTHONPATH:+:$PYTHONPATH}
-    export PATH=/tmp/a3c_site/bin:$PATH
-fi
-$PY setup.py -q build_ext --inplace -j 8 >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-export NUMBA_CACHE_DIR=/tmp/a3c_numba_cache
+. "$(dirname "$0")/device_setup.sh"
 
 stamp bandwidth
 $PY - <<'PY'
@@ -51,6 +44,8 @@ PY
 
 stamp gil_parts
 $PY bench/gil_parts.py --seconds 3 2>&1 | tee "$OUT/gil_parts.txt" | tail -14
+stamp gil_budget
+$PY bench/gil_budget.py --json "$OUT/gil_budget.json" 2>&1 | tee "$OUT/gil_budget.txt" | tail -12
 
 stamp py-spy
 rm -rf /tmp/r1

@@ -29,17 +29,7 @@ stamp facts
 { nproc; lscpu; cat /sys/kernel/mm/transparent_hugepage/enabled; free -g; } >"$OUT/machine.txt" 2>&1
 grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket|L3)" "$OUT/machine.txt"
 
-if [ -n "$WHL" ]; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/a3c_site "$WHL"/*.whl || exit 1
-    export PYTHONPATH=/tmp/a3c_site${PYTHONPATH:+:$PYTHONPATH}
-fi
-$PY -c "import sys, numpy, numba, Cython, setuptools, vizdoom, gymnasium; print(sys.version.split()[0], 'numpy', numpy.__version__, 'numba', numba.__version__, 'Cython', Cython.__version__, 'vizdoom', vizdoom.__version__)" || exit 1
-
-stamp build
-$PY setup.py -q build_ext --inplace -j 8 >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-export NUMBA_CACHE_DIR=/tmp/a3c_numba_cache
+. "$(dirname "$0")/device_setup.sh"
 
 stamp bench
 $PY -m a3c_core bench --workers 1,2,4,8,12,16 --json "$OUT/bench16.json" 2>&1 | tee "$OUT/bench16.log" | grep -vE "^\s*$" | tail -60
