@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -36,28 +37,16 @@ import time
 import numpy as np
 
 
-class _NullEnv:
-    """No work at all: a fixed frame, reward -1, episodes of ``episode`` steps."""
+def _stand_in_env(**kw):
+    """``gil_parts._NoGilEnv`` (bench/gil_parts.py, beside this file), loaded
+    by path so that neither script needs the other on ``sys.path``."""
+    import importlib.util
 
-    obs_kind, n_actions = "image", 3
-
-    def __init__(self, episode=40, hw=(20, 20)):
-        self.obs_shape = hw
-        self.obs_dtype = np.dtype(np.uint8)
-        self._frame = np.random.default_rng(0).integers(0, 256, hw, dtype=np.uint8)
-        self._episode, self._t = episode, 0
-        self.episode_over = False
-
-    def reset(self):
-        self._t = 0
-        self.episode_over = False
-        return self._frame
-
-    def step(self, action):
-        self._t += 1
-        done = self._t >= self._episode
-        self.episode_over = done
-        return self._frame, -1.0, done, False
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gil_parts.py")
+    spec = importlib.util.spec_from_file_location("_a3c_bench_gil_parts", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod._NoGilEnv(**kw)
 
 
 def make_worker(episode, min_steps=1, compiled=True):
@@ -67,7 +56,7 @@ def make_worker(episode, min_steps=1, compiled=True):
     from a3c_core.obs import ObsPipeline
     from a3c_core.train.worker import RolloutSettings, ThreadStore, Worker
 
-    env = _NullEnv(episode)
+    env = _stand_in_env(step_us=0.0, episode=episode, hw=(20, 20))   # no work at all
     pipe = ObsPipeline({"kind": "image", "out_shape": [20, 20]}, env.obs_shape)
     net = build_network("doom-lstm", pipe.net_obs_shape, env.n_actions, fc_size=8,
                         lstm_size=8)

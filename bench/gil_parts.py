@@ -143,14 +143,18 @@ def main(argv=None):
 
 
 class _NoGilEnv:
-    """doom:basic's shapes and rough timing, no GIL held while it "runs"."""
+    """doom:basic's shapes and rough timing, no GIL held while it "runs"
+    (``step_us=0``: no work at all; ``hw``: another frame size)."""
 
-    obs_shape, obs_dtype, obs_kind, n_actions = (120, 160), np.dtype(np.uint8), "image", 3
+    obs_dtype, obs_kind, n_actions = np.dtype(np.uint8), "image", 3
 
-    def __init__(self, step_us=250.0, episode=40):
-        from a3c_core.bench import _spin_kernel
-        self._spin, per = _spin_kernel()
-        self._n = max(1, int(step_us * 1e-6 / per))
+    def __init__(self, step_us=250.0, episode=40, hw=(120, 160)):
+        self.obs_shape = tuple(hw)
+        self._spin, self._n = None, 0
+        if step_us > 0:
+            from a3c_core.bench import _spin_kernel
+            self._spin, per = _spin_kernel()
+            self._n = max(1, int(step_us * 1e-6 / per))
         self._frame = np.random.default_rng(0).integers(0, 256, self.obs_shape, dtype=np.uint8)
         self._episode, self._t = episode, 0
         self.episode_over = False
@@ -161,7 +165,8 @@ class _NoGilEnv:
         return self._frame
 
     def step(self, action):
-        self._spin(self._n)
+        if self._n:
+            self._spin(self._n)
         self._t += 1
         done = self._t >= self._episode
         self.episode_over = done
