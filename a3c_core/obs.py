@@ -104,6 +104,8 @@ class ObsPipeline:
             try:       # the kernel takes (1, H, W), (H, W) or (H*W,) rows as they are
                 self._prep(raw, out)
             except ValueError:
+                if not out.flags.c_contiguous:      # a reshape would write into a copy
+                    raise
                 self._prep(raw, out.reshape(self.net_obs_shape[1:]))
         else:
             if raw.dtype.kind not in "biuf":

@@ -143,6 +143,8 @@ def test_numpy_backward_can_be_forced(monkeypatch):
     assert build_network("mlp", (5,), 2).compiled_backward
 
 
-def test_forks_get_the_compiled_backward():
+def test_forks_keep_the_backward_path():
     net = build_network("mlp-lstm", (6,), 3)
     assert net.fork().compiled_backward
+    net.compiled_backward = False
+    assert not net.fork().compiled_backward

@@ -195,3 +195,6 @@ def test_pipeline_writes_every_accepted_out_shape_alike(norm):
         assert np.array_equal(out.reshape(1, 12, 10), want), shape
     with pytest.raises(ValueError):
         pipe(frame, np.empty((1, 12, 11), np.float32))
+    strided = np.zeros((1, 12, 20), np.float32)[:, :, ::2]     # not contiguous: refused,
+    with pytest.raises(ValueError, match="contiguous"):      # never written into a copy
+        pipe(frame, strided)

@@ -309,6 +309,7 @@ class Network:
         twin = object.__new__(Network)
         twin.__dict__.update(self.__dict__)
         twin._setup_buffers(self._params)
+        twin._bl = self._bl             # the same backward path as this network
         return twin
 
     # ------------------------------------------------------------------ build
