@@ -89,46 +89,44 @@ def test_rollout_grad_compiled_equals_numpy(spec, obs_shape, dtype, cuts):
 def test_gemm_matches_numpy_dot_bit_for_bit():
     """``blas.gemm`` (each transpose, row slices of larger buffers, beta) is
     ``np.dot`` into the same output, bit for bit, for both dtypes."""
-    h = blas.gemm_handle()
+    fns, ints = blas.gemm_handle()
     rng = np.random.default_rng(0)
-    for dt in (np.float32, np.float64):
-        fn = blas.address_for(h, dt)
+    for dt in (np.float32, np.float64):      # gemm calls the dtype's own entry point
         a = rng.standard_normal((9, 13)).astype(dt)
         big = rng.standard_normal((30, 11)).astype(dt)
         b = big[4:17]                       # (13, 11) row slice, row stride 11
         c = np.empty((9, 11), dt)
-        blas.gemm(fn, h[2], a, False, b, False, c, 0.0)
+        blas.gemm(fns, ints, a, False, b, False, c, 0.0)
         assert np.array_equal(c, np.dot(a, b))
         ct = np.empty((13, 11), dt)
-        blas.gemm(fn, h[2], a[:, :9].copy(), True, big[:9], False, ct[:9, :], 0.0)
+        blas.gemm(fns, ints, a[:, :9].copy(), True, big[:9], False, ct[:9, :], 0.0)
         assert np.array_equal(ct[:9], np.dot(a[:, :9].T, big[:9]))
         w = rng.standard_normal((11, 13)).astype(dt)
         c2 = rng.standard_normal((9, 11)).astype(dt)
         want = np.dot(a, w.T) + 0.5 * c2
-        blas.gemm(fn, h[2], a, False, w, True, c2, 0.5)
+        blas.gemm(fns, ints, a, False, w, True, c2, 0.5)
         np.testing.assert_allclose(c2, want, rtol=1e-5 if dt == np.float32 else 1e-13)
         # an empty inner dimension: op(a) @ op(b) = 0
         z = np.full((3, 4), 7.0, dt)
-        blas.gemm(fn, h[2], np.empty((3, 0), dt), False, np.empty((0, 4), dt), False, z, 0.0)
+        blas.gemm(fns, ints, np.empty((3, 0), dt), False, np.empty((0, 4), dt), False, z, 0.0)
         assert not z.any()
 
 
 def test_gemm_rejects_bad_shapes_and_strides():
-    h = blas.gemm_handle()
-    fn = blas.address_for(h, np.float64)
+    fns, ints = blas.gemm_handle()
     a, b = np.ones((3, 4)), np.ones((5, 6))
     with pytest.raises(ValueError, match="shapes"):
-        blas.gemm(fn, h[2], a, False, b, False, np.empty((3, 6)), 0.0)
+        blas.gemm(fns, ints, a, False, b, False, np.empty((3, 6)), 0.0)
     with pytest.raises(ValueError, match="contiguous"):
-        blas.gemm(fn, h[2], np.ones((3, 8))[:, ::2], False, np.ones((4, 6)), False,
+        blas.gemm(fns, ints, np.ones((3, 8))[:, ::2], False, np.ones((4, 6)), False,
                   np.empty((3, 6)), 0.0)
     overlapping = np.lib.stride_tricks.as_strided(np.ones(20), (3, 4), (16, 8))
     with pytest.raises(ValueError, match="overlap"):
-        blas.gemm(fn, h[2], overlapping, False, np.ones((4, 6)), False, np.empty((3, 6)), 0.0)
+        blas.gemm(fns, ints, overlapping, False, np.ones((4, 6)), False, np.empty((3, 6)), 0.0)
     # one row: its stride is free; the result is still np.dot's
     one = np.arange(8.0)[None, ::1][:, :4]
     out = np.empty((1, 6))
-    blas.gemm(fn, h[2], one, False, np.ones((4, 6)), False, out, 0.0)
+    blas.gemm(fns, ints, one, False, np.ones((4, 6)), False, out, 0.0)
     assert np.array_equal(out, np.dot(one, np.ones((4, 6))))
 
 

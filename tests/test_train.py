@@ -381,3 +381,49 @@ def test_a_resumed_run_keeps_the_rate_it_trained_with(tmp_path, monkeypatch):
         assert trainer.shared.optimizer.lr == pytest.approx(1e-3)
     finally:
         trainer.close()
+
+
+def test_checkpoint_counts_only_episodes_whose_rows_are_on_disk(tmp_path):
+    """A checkpoint's episode counter never runs ahead of episodes.csv on disk:
+    save() reads the counters under the store's episode lock (an episode is
+    counted and its row written under it) and flushes the rows first, so a
+    run killed right after the checkpoint resumes with no gap in the indices."""
+    pytest.importorskip("gymnasium")
+    from a3c_core.train.logger import MetricsLogger
+
+    cfg = Config(env="CartPole-v1", workers=1, seed=0, quiet=True, tensorboard=False,
+                 checkpoint_interval=0, run_dir=str(tmp_path / "run"))
+    tr = Trainer(cfg)
+    os.makedirs(os.path.join(tr.run_dir, "checkpoints"), exist_ok=True)
+    tr.logger = MetricsLogger(tr.run_dir, tensorboard=False)
+    try:
+        for k in range(3):
+            tr.store.record_episode(0, float(k), 10 + k)      # rows buffered, not flushed
+        path = tr.save("latest")
+        with open(os.path.join(tr.run_dir, "episodes.csv"), newline="") as fh:
+            on_disk = [int(r["episode"]) for r in csv.DictReader(fh)]
+        assert load_checkpoint(path).meta["counters"]["episodes"] == 3
+        assert on_disk == [1, 2, 3]
+
+        # an episode being reported holds the lock: a checkpoint's counter read waits
+        inside, release = threading.Event(), threading.Event()
+        report = tr.store.on_episode
+
+        def slow_report(*args):
+            inside.set()
+            release.wait(10)
+            report(*args)
+        tr.store.on_episode = slow_report
+        th = threading.Thread(target=tr.store.record_episode, args=(0, 1.0, 5))
+        th.start()
+        assert inside.wait(10)
+        assert not tr.store.episode_lock.acquire(timeout=0.2)
+        release.set()
+        th.join(10)
+        assert tr.store.episode_lock.acquire(timeout=5)
+        tr.store.episode_lock.release()
+        path = tr.save("latest")
+        assert load_checkpoint(path).meta["counters"]["episodes"] == 4
+    finally:
+        tr.logger.close()
+        tr.close()

@@ -19,9 +19,11 @@ width travels as the dtype of the ``ints`` prototype array a kernel
 receives (``int64`` or ``int32``), so it is part of the compiled
 signature, never a stale constant in a cached kernel.
 
-:func:`gemm_handle` returns ``(address_s, address_d, ints)`` or None when no
-entry point was found or a probe product disagrees with ``np.dot``; the
-network then runs its numpy backward instead (same results up to rounding).
+:func:`gemm_handle` returns ``(fns, ints)`` (``fns``: the sgemm and dgemm
+addresses as an int64 array; :func:`gemm` calls the one of its arrays'
+dtype) or None when no entry point was found or a probe product differs
+from ``np.dot``; the network then runs its numpy backward instead (the same
+results, bit for bit).
 """
 from __future__ import annotations
 
@@ -95,11 +97,15 @@ def _cblas_gemm(typingctx, fn, ints, ta, tb, m, n, k, alpha, a, lda, b, ldb, bet
 
 
 @kernel
-def gemm(fn, ints, a, trans_a, b, trans_b, c, beta):
+def gemm(fns, ints, a, trans_a, b, trans_b, c, beta):
     """``c = op(a) @ op(b) + beta * c`` (``op`` = transpose where ``trans_*``);
     2-D arrays whose rows are contiguous (any row stride, e.g. a row slice
-    of a larger buffer).  Raises ``ValueError`` on a shape mismatch."""
+    of a larger buffer).  ``(fns, ints)`` is :func:`gemm_handle`'s: the
+    sgemm/dgemm addresses (the one that matches the arrays' dtype is called)
+    and the integer prototype.  Raises ``ValueError`` on a shape mismatch or
+    rows that are not contiguous or overlap."""
     isz = c.itemsize
+    fn = fns[0] if isz == 4 else fns[1]
     m, n = c.shape
     ka = a.shape[0] if trans_a else a.shape[1]
     ma = a.shape[1] if trans_a else a.shape[0]
@@ -183,8 +189,9 @@ def _numpy_blas_is_ilp64():
 
 
 def gemm_handle():
-    """``(sgemm address, dgemm address, ints prototype)`` of numpy's BLAS, or
-    None (then the callers use ``np.dot``).  ``A3C_NUMPY_BACKWARD=1`` forces
+    """``(fns, ints)`` for :func:`gemm`: numpy's BLAS sgemm and dgemm
+    addresses (int64 array) and the integer prototype, or None (then the
+    callers use ``np.dot``).  ``A3C_NUMPY_BACKWARD=1`` forces
     None (the numpy backward, for comparison)."""
     global _HANDLE, _SEARCHED
     if os.environ.get("A3C_NUMPY_BACKWARD", "") not in ("", "0"):
@@ -205,18 +212,14 @@ def gemm_handle():
                 fs, fd = getattr(lib, s_name), getattr(lib, d_name)
             except AttributeError:
                 continue
-            handle = (ctypes.cast(fs, ctypes.c_void_p).value,
-                      ctypes.cast(fd, ctypes.c_void_p).value, np.zeros(1, int_t))
+            fns = np.array([ctypes.cast(fs, ctypes.c_void_p).value,
+                            ctypes.cast(fd, ctypes.c_void_p).value], np.int64)
+            handle = (fns, np.zeros(1, int_t))
             try:
-                ok = _probe(*handle)
+                ok = _probe(int(fns[0]), int(fns[1]), handle[1])
             except Exception:  # noqa: BLE001 - any failure means: do not use it
                 ok = False
             if ok:
                 _HANDLE = handle
                 return _HANDLE
     return None
-
-
-def address_for(handle, dtype):
-    """The gemm address of ``handle`` for ``dtype`` (float32 or float64)."""
-    return handle[0] if np.dtype(dtype) == np.float32 else handle[1]

@@ -1260,7 +1260,7 @@ def record_state(h__h, c__h, h_out__h, c_out__h, hs__th, cs__th, t):
 # (tests/test_nn_compiled_backward.py).  What changes is the GIL: numpy's path
 # takes it back after every product and reshape (~75 Python-level calls per
 # doom-lstm update), these hold it only to dispatch one call per layer.
-# ``fn``/``ints``: the gemm address and integer prototype of ``blas.gemm_handle``.
+# ``fns``/``ints``: ``blas.gemm_handle()``, passed through to ``blas.gemm``.
 
 
 @kernel
@@ -1291,7 +1291,7 @@ def conv_prepare(x__nchw, nchw, w__ocij, x_nhwc__nhwc, k, stride, pad, cols__pk,
 
 
 @kernel
-def conv_backward(fn, ints, flat, dy__3, y__3, act, dz__ro, db__o, cols__pk, gw__ok, g__ocij,
+def conv_backward(fns, ints, flat, dy__3, y__3, act, dz__ro, db__o, cols__pk, gw__ok, g__ocij,
                   w_ijc__ok, want_dx, dcols__pk, k, stride, pad, dx__nhwc):
     """``Conv2d.backward``: activation backward (``flat``: ``dy``/``y``
     channel-first ``(T, O, P)``, the flattened last conv; else ``(1, T*P, O)``
@@ -1303,7 +1303,7 @@ def conv_backward(fn, ints, flat, dy__3, y__3, act, dz__ro, db__o, cols__pk, gw_
         act_backward_from_cp(dy__3, y__3, act, dz__ro.reshape(t_len, rows // t_len, o), db__o)
     else:
         act_backward(dy__3[0], y__3[0], act, dz__ro, db__o)
-    gemm(fn, ints, dz__ro, True, cols__pk, False, gw__ok, 0.0)
+    gemm(fns, ints, dz__ro, True, cols__pk, False, gw__ok, 0.0)
     _, c, kh, kw = g__ocij.shape
     for a in range(o):
         for i in range(kh):
@@ -1311,23 +1311,23 @@ def conv_backward(fn, ints, flat, dy__3, y__3, act, dz__ro, db__o, cols__pk, gw_
                 for e in range(c):
                     g__ocij[a, e, i, j] = gw__ok[a, (i * kw + j) * c + e]
     if want_dx:
-        gemm(fn, ints, dz__ro, False, w_ijc__ok, False, dcols__pk, 0.0)
+        gemm(fns, ints, dz__ro, False, w_ijc__ok, False, dcols__pk, 0.0)
         col2im_nhwc(dcols__pk, k, k, stride, pad, dx__nhwc)
 
 
 @kernel
-def dense_backward(fn, ints, dy__to, y__to, act, dz__to, db__o, x__ti, gw__oi, w__oi,
+def dense_backward(fns, ints, dy__to, y__to, act, dz__to, db__o, x__ti, gw__oi, w__oi,
                    want_dx, dx__ti):
     """``Dense.backward``: ``dz = dy * act'``, ``db``, ``dW = dz.T @ x`` and
     with ``want_dx`` ``dx = dz @ W`` (``dz`` may be ``dy`` itself)."""
     act_backward(dy__to, y__to, act, dz__to, db__o)
-    gemm(fn, ints, dz__to, True, x__ti, False, gw__oi, 0.0)
+    gemm(fns, ints, dz__to, True, x__ti, False, gw__oi, 0.0)
     if want_dx:
-        gemm(fn, ints, dz__to, False, w__oi, False, dx__ti, 0.0)
+        gemm(fns, ints, dz__to, False, w__oi, False, dx__ti, 0.0)
 
 
 @kernel
-def lstm_backward(fn, ints, dhs__th, zero__h, w_hh__gh, hs__th, cs__th, gates__tg, da__tg,
+def lstm_backward(fns, ints, dhs__th, zero__h, w_hh__gh, hs__th, cs__th, gates__tg, da__tg,
                   dh0__h, dc0__h, resets, reset__t, hin__th, cin__th, hprev__th, cprev__th,
                   x__ti, w_ih__gi, gw_ih__gi, gw_hh__gh, gb_ih__g, gb_hh__g, want_dx, dx__ti):
     """``LSTM.backward``: BPTT over the recorded gates and cells (``resets``:
@@ -1360,7 +1360,7 @@ def lstm_backward(fn, ints, dhs__th, zero__h, w_hh__gh, hs__th, cs__th, gates__t
             gb_ih__g[r] += da__tg[t, r]
     for r in range(g4):
         gb_hh__g[r] = gb_ih__g[r]
-    gemm(fn, ints, da__tg, True, x__ti, False, gw_ih__gi, 0.0)
-    gemm(fn, ints, da__tg, True, hprev, False, gw_hh__gh, 0.0)
+    gemm(fns, ints, da__tg, True, x__ti, False, gw_ih__gi, 0.0)
+    gemm(fns, ints, da__tg, True, hprev, False, gw_hh__gh, 0.0)
     if want_dx:
-        gemm(fn, ints, da__tg, False, w_ih__gi, False, dx__ti, 0.0)
+        gemm(fns, ints, da__tg, False, w_ih__gi, False, dx__ti, 0.0)

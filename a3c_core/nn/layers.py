@@ -194,10 +194,10 @@ class Conv2d:
 
     def backward_compiled(self, bl, ws, p, g, x, dy, t_len, dx, prep=False):
         """:meth:`backward` in one nogil call (``kernels.conv_backward``; bit-for-bit
-        the same results), ``bl`` = ``(gemm address, ints)``.  ``prep``: run
+        the same results), ``bl`` = ``blas.gemm_handle()``.  ``prep``: run
         :meth:`prepare_backward` first, in one more call (the backward-only
         update, whose recorded rows have no im2col yet)."""
-        fn, ints = bl
+        fns, ints = bl
         c, h, w = self.in_shape
         o, n_pix = self.out_ch, self.n_pix
         rows = t_len * n_pix
@@ -220,7 +220,7 @@ class Conv2d:
         want_dx = dx is not None
         dcols = ws["dcols"][:rows] if want_dx else cols
         dx4 = dx if want_dx else ws["gw"].reshape(1, 1, 1, -1)
-        K.conv_backward(fn, ints, self.flatten_out, dy3, y3, K.ACT_CODES[self.act],
+        K.conv_backward(fns, ints, self.flatten_out, dy3, y3, K.ACT_CODES[self.act],
                         ws["dz"][:rows], g[self.name + ".bias"], cols, ws["gw"],
                         g[self.name + ".weight"], ws["w_ijc"], want_dx, dcols, self.k,
                         self.stride, self.pad, dx4)
@@ -312,12 +312,12 @@ class Dense:
     def backward_compiled(self, bl, ws, p, g, x, dy, t_len, dx, prep=False):
         """:meth:`backward` in one nogil call (``kernels.dense_backward``;
         bit-for-bit the same results); ``prep`` is unused (nothing to prepare)."""
-        fn, ints = bl
+        fns, ints = bl
         dz = ws["dy"][:t_len]
         x2 = x.reshape(t_len, self.n_in)
         want_dx = dx is not None
         dx2 = dx.reshape(t_len, self.n_in) if want_dx else x2
-        K.dense_backward(fn, ints, dy, ws["y"][:t_len], K.ACT_CODES[self.act], dz,
+        K.dense_backward(fns, ints, dy, ws["y"][:t_len], K.ACT_CODES[self.act], dz,
                          g[self.name + ".bias"], x2, g[self.name + ".weight"],
                          p[self.name + ".weight"], want_dx, dx2)
         return dx2 if want_dx else None
@@ -429,13 +429,13 @@ class LSTM:
 
     def backward_compiled(self, bl, ws, p, g, x, dhs, t_len, dx, resets=False):
         """:meth:`backward` in one nogil call (``kernels.lstm_backward``;
-        bit-for-bit the same results), ``bl`` = ``(gemm address, ints)``."""
-        fn, ints = bl
+        bit-for-bit the same results), ``bl`` = ``blas.gemm_handle()``."""
+        fns, ints = bl
         n = self.name
         x2 = x.reshape(t_len, self.n_in)
         want_dx = dx is not None
         dx2 = dx.reshape(t_len, self.n_in) if want_dx else x2
-        K.lstm_backward(fn, ints, dhs, ws["zero"], p[n + ".weight_hh"], ws["hs"][:t_len + 1],
+        K.lstm_backward(fns, ints, dhs, ws["zero"], p[n + ".weight_hh"], ws["hs"][:t_len + 1],
                         ws["cs"][:t_len + 1], ws["gates"][:t_len], ws["da"][:t_len], ws["dh0"],
                         ws["dc0"], bool(resets),
                         (ws["reset"] if resets else ws["no_reset"])[:t_len], ws["hin"][:t_len],

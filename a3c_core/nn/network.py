@@ -276,10 +276,8 @@ class Network:
         self._rec_t = -1          # recorded rows (-1: no recording in progress)
         self._rec_resets = 0      # recorded steps that started a new segment (state reset)
         self._rec_state = None    # the state the last recorded step returned
-        handle = blas.gemm_handle()
-        # (gemm address, ints): the backward runs one nogil call per layer
-        self._bl = None if handle is None else (blas.address_for(handle, self._dtype),
-                                                handle[2])
+        # (gemm addresses, ints): the backward runs one nogil call per layer
+        self._bl = blas.gemm_handle()
 
     @property
     def compiled_backward(self) -> bool:
@@ -300,7 +298,7 @@ class Network:
         if handle is None:
             raise RuntimeError("compiled_backward: numpy's BLAS gemm entry point was not "
                                "found (see a3c_core.nn.blas); the numpy backward runs")
-        self._bl = (blas.address_for(handle, self._dtype), handle[2])
+        self._bl = handle
 
     def fork(self) -> "Network":
         """A new Network over the SAME ``params`` buffer (no copy: an update

@@ -434,6 +434,14 @@ class Trainer:
         Raises :class:`CheckpointError` (and writes nothing) when the
         parameters are no longer finite: the previous checkpoint stays.
         """
+        # the counters, and every episode row they count flushed to episodes.csv
+        # before the checkpoint exists: a run killed right after it resumes
+        # with no gap in the episode indices (the rows past it are truncated)
+        lock = getattr(getattr(self, "store", None), "episode_lock", None)
+        with lock if lock is not None else contextlib.nullcontext():
+            counters = self._counters()
+            if getattr(self, "logger", None) is not None:
+                self.logger.flush()
         st = self.shared.state_dict()  # a snapshot copy; workers keep writing (Hogwild)
         opt = st["optimizer"]
         arrays = {k: v for k, v in opt.items() if isinstance(v, np.ndarray)}
@@ -446,7 +454,7 @@ class Trainer:
             "preprocess": self.pipeline_spec,
             "optimizer": self.cfg.optimizer,
             "optimizer_scalars": scalars,
-            "counters": self._counters(),
+            "counters": counters,
             "config": self.cfg.to_dict(),
             "moving_avg": short,
             "long_avg": long_avg,

@@ -179,6 +179,10 @@ class ThreadStore(Store):
         self.on_episode = on_episode
         self.consecutive_skips = 0
         self._lock = threading.Lock()
+        #: held while an episode is counted and reported (``on_episode``): a
+        #: checkpoint that reads the counters under it never counts an episode
+        #: whose log row is not written yet
+        self.episode_lock = threading.Lock()
 
     @property
     def steps(self) -> int:
@@ -197,9 +201,10 @@ class ThreadStore(Store):
         return self.shared.add_steps(n)
 
     def record_episode(self, wid, raw_return, length):
-        idx = self.shared.add_episodes(1)
-        if self.on_episode is not None:
-            self.on_episode(wid, raw_return, length, idx)
+        with self.episode_lock:
+            idx = self.shared.add_episodes(1)
+            if self.on_episode is not None:
+                self.on_episode(wid, raw_return, length, idx)
 
     def reward_scale(self, returns):
         return self.normalizer.update(returns)
