@@ -19,6 +19,10 @@ FLOP counter, gradcheck and the torch twin iterate one list:
   batched over a rollout (BLAS GEMMs + Numba kernels), gradients written
   (overwritten) into its views ``g`` of the flat gradient buffer; ``dx`` is
   where the input gradient goes (the previous layer's ``dy_rows``) or None;
+* ``backward_compiled(bl, ...)`` - the same backward (conv, dense, LSTM) in
+  one nogil kernel call whose GEMMs go through ``bl`` (the BLAS handle of
+  :mod:`a3c_core.nn.blas`), bit for bit ``backward``'s results; what the
+  network runs when numpy's BLAS entry point was found;
 * ``ref_forward(params, x)`` / ``ref_backward(dy, cache)`` - the plain-numpy
   twin from :mod:`a3c_core.nn.ref`.
 
