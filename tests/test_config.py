@@ -171,6 +171,15 @@ def test_shipped_config_files_load():
     assert (pong.env, pong.repeat_action_probability, pong.total_seconds) == ("ALE/Pong-v5", 0.0, 3600.0)
 
 
+def test_obs_norm_default_is_on_for_doom_and_atari_images_only():
+    assert Config(env="doom:basic").obs_normalized()
+    assert Config(env="ALE/Pong-v5").obs_normalized()
+    assert Config(env="PongNoFrameskip-v4").obs_normalized()
+    assert not Config(env="CartPole-v1").obs_normalized()
+    assert not Config(env="ALE/Pong-v5", obs_norm=False).obs_normalized()
+    assert Config(env="CartPole-v1", obs_norm=True).obs_normalized()
+
+
 def test_min_rollout_default_is_the_papers_rollouts_and_cross_episode_overrides_it():
     assert Config().effective_min_rollout() == 0               # the A3C paper's rollouts
     assert Config(min_rollout=7).effective_min_rollout() == 7

@@ -148,7 +148,7 @@ class Config:
     cross_episode: bool = _f(False, "rollouts of exactly t_max steps that run on into the next episode (LSTM state reset, no gradient across): one update per t_max steps however short the episodes")
     min_rollout: int = _f(0, "a rollout that reaches an episode's end with fewer than this many steps runs on into the next episode (LSTM state reset, no gradient across) and ends at the first episode end from this many steps on, or at t_max; 0 = every rollout ends with its episode, as in the A3C paper, until merge_below switches a worker whose episodes are short to t_max / 2 (--cross-episode is min_rollout = t_max). A fixed 10 from the start needed more agent steps to learn doom:basic: with the anneal the 300k-step main job reached avg100 75 on 1 of 3 seeds, against 3 of 3 with 0 (bench/RESULTS.md)")
     merge_below: float = _f(8.0, "with min_rollout 0: while a worker's last 1000 episodes average fewer than this many steps, its rollouts run on into the next episode as with min_rollout = t_max / 2, so an update's fixed costs are not paid every few steps; once they average more than t_max steps, rollouts end with their episode again (0 = off: always the A3C paper's rollouts). On doom:basic a learned agent's episodes average ~5.6 steps and the switch comes at about the first avg100 of 75, after the learning that the paper's rollouts do in fewer agent steps (bench/RESULTS.md)")
-    obs_norm: Optional[bool] = _f(None, "normalize image observations: subtract the per-pixel mean frame and divide by the frames' standard deviation around it, both measured on obs_norm_frames frames of random play before training and saved with the policy (checkpoints, a3c eval, Policy). A static background then reads as ~0 and what moves stands out at unit scale (default: on for doom, where doom:basic first reached avg100 75 after 64k-91k agent steps with it (5 seeds), 205k-360k without; off for Atari and vector observations; bench/RESULTS.md)")
+    obs_norm: Optional[bool] = _f(None, "normalize image observations: subtract the per-pixel mean frame and divide by the frames' standard deviation around it, both measured on obs_norm_frames frames of random play before training and saved with the policy (checkpoints, a3c eval, Policy). A static background then reads as ~0 and what moves stands out at unit scale (default: on for doom and Atari: doom:basic first reached avg100 75 after 64k-91k agent steps with it (5 seeds), 205k-360k without, and PongNoFrameskip-v4 avg100 18 after 1.21M agent steps with it, 2.25M without (seed 0); off for other Gymnasium envs; bench/RESULTS.md)")
     obs_norm_frames: int = _f(2000, "with obs_norm: frames of random play (worker 0's env) the mean frame and the standard deviation are measured on")
     reward_clip: Optional[float] = _f(None, "clip raw rewards to [-reward_clip, reward_clip] for learning, before scaling; raw rewards are still reported (default 1 for Atari, 0 = off otherwise)")
     total_steps: int = _f(300_000, "stop after this many agent steps in total (0 = no limit)")
@@ -234,10 +234,11 @@ class Config:
         return self.min_rollout
 
     def obs_normalized(self) -> bool:
-        """``obs_norm``, or when unset: on for doom (image observations)."""
+        """``obs_norm``, or when unset: on for doom and Atari (image
+        observations), off for other Gymnasium envs."""
         if self.obs_norm is not None:
             return bool(self.obs_norm)
-        return self.is_doom()
+        return self.is_doom() or self.is_atari()
 
     def effective_merge_below(self) -> float:
         """``merge_below`` where it applies (the paper's rollouts: min_rollout
