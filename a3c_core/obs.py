@@ -50,6 +50,7 @@ class ObsPipeline:
             crop = self.spec.get("crop")
             self._prep = Preprocessor(self.raw_shape, out_shape, crop=tuple(crop) if crop else None)
             self.net_obs_shape = (1,) + out_shape
+            self._n_pix = out_shape[0] * out_shape[1]
             self._mean, self._inv_std = _parse_norm(self.spec.get("norm"), out_shape)
             if self._mean is not None:
                 # (x - mean) / std in the resize's own nogil pass
@@ -104,7 +105,10 @@ class ObsPipeline:
             try:       # the kernel takes (1, H, W), (H, W) or (H*W,) rows as they are
                 self._prep(raw, out)
             except ValueError:
-                if not out.flags.c_contiguous:      # a reshape would write into a copy
+                # other shapes of H*W contiguous values are reshaped; anything
+                # else keeps the kernel's error (a reshape of a non-contiguous
+                # out would write into a copy)
+                if not out.flags.c_contiguous or out.size != self._n_pix:
                     raise
                 self._prep(raw, out.reshape(self.net_obs_shape[1:]))
         else:

@@ -144,29 +144,33 @@ def test_resume_keeps_the_norm_it_trained_with(tmp_path):
         tr.close()
 
 
-def test_a_corrupt_norm_in_a_checkpoint_is_a_clear_error(tmp_path):
-    from a3c_core import Policy
-    from a3c_core.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+def _corrupt_norm(tmp_path):
+    """A trained run whose latest.npz carries a 5-value mean frame; -> (run, path)."""
+    from a3c_core.checkpoint import load_checkpoint, save_checkpoint
 
     run = _run(tmp_path)
     ck = load_checkpoint(run)
     bad = dict(ck.meta["preprocess"], norm={"mean": [0.0] * 5, "std": 0.1})
     path = os.path.join(run, "checkpoints", "latest.npz")
     save_checkpoint(path, ck.params, dict(ck.meta, preprocess=bad), opt_arrays=ck.opt_arrays)
+    return run, path
+
+
+def test_a_corrupt_norm_in_a_checkpoint_is_a_clear_error(tmp_path):
+    from a3c_core import Policy
+    from a3c_core.checkpoint import CheckpointError
+
+    run, path = _corrupt_norm(tmp_path)
     with pytest.raises(CheckpointError, match="norm.*mean has 5 values"):
         Policy.load(path)
 
 
 def test_resume_from_a_corrupt_norm_is_refused_and_keeps_the_run(tmp_path):
-    from a3c_core.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+    from a3c_core.checkpoint import CheckpointError
     from a3c_core.train.config import Config
     from a3c_core.train.trainer import Trainer
 
-    run = _run(tmp_path)
-    ck = load_checkpoint(run)
-    bad = dict(ck.meta["preprocess"], norm={"mean": [0.0] * 5, "std": 0.1})
-    path = os.path.join(run, "checkpoints", "latest.npz")
-    save_checkpoint(path, ck.params, dict(ck.meta, preprocess=bad), opt_arrays=ck.opt_arrays)
+    run, _ = _corrupt_norm(tmp_path)
     before = {f: open(os.path.join(run, f), "rb").read() for f in ("config.toml", "checkpoints/latest.npz")}
     base = Config.from_toml(os.path.join(run, "config.toml"), saved_run=True)
     with pytest.raises(CheckpointError, match="norm.*mean has 5 values"):
@@ -193,7 +197,7 @@ def test_pipeline_writes_every_accepted_out_shape_alike(norm):
         out = np.full(shape, np.nan, np.float32)
         assert pipe(frame, out) is out
         assert np.array_equal(out.reshape(1, 12, 10), want), shape
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"out has shape \(1, 12, 11\)"):
         pipe(frame, np.empty((1, 12, 11), np.float32))
     strided = np.zeros((1, 12, 20), np.float32)[:, :, ::2]     # not contiguous: refused,
     with pytest.raises(ValueError, match="contiguous"):      # never written into a copy

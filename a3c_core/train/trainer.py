@@ -437,10 +437,10 @@ class Trainer:
         # the counters, and every episode row they count flushed to episodes.csv
         # before the checkpoint exists: a run killed right after it resumes
         # with no gap in the episode indices (the rows past it are truncated)
-        lock = getattr(getattr(self, "store", None), "episode_lock", None)
+        lock = getattr(self.store, "episode_lock", None)      # ThreadStore's
         with lock if lock is not None else contextlib.nullcontext():
             counters = self._counters()
-            if getattr(self, "logger", None) is not None:
+            if self.logger is not None:
                 self.logger.flush()
         st = self.shared.state_dict()  # a snapshot copy; workers keep writing (Hogwild)
         opt = st["optimizer"]
