@@ -1296,7 +1296,8 @@ def conv_backward(fns, ints, flat, dy__3, y__3, act, dz__ro, db__o, cols__pk, gw
     """``Conv2d.backward``: activation backward (``flat``: ``dy``/``y``
     channel-first ``(T, O, P)``, the flattened last conv; else ``(1, T*P, O)``
     NHWC rows), ``dW = dz.T @ cols`` permuted into the ``(O, C, k, k)``
-    gradient, ``db``, and with ``want_dx`` ``dx = col2im(dz @ W_ijc)``."""
+    gradient, ``db``, and with ``want_dx`` ``dx = col2im(dz @ W_ijc)``
+    (``dcols`` may be ``cols`` itself: the dW product has read it by then)."""
     rows, o = dz__ro.shape
     if flat:
         t_len = dy__3.shape[0]

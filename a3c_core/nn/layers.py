@@ -115,8 +115,6 @@ class Conv2d:
             ws["dy"] = _hp_empty((rows, o), dt)
         if self.nchw_in and c > 1:
             ws["x_nhwc"] = np.empty((t_cap, h, w, c), dt)
-        if not self.nchw_in:
-            ws["dcols"] = _hp_empty((rows, self.n_col), dt)
         return ws
 
     def dy_rows(self, ws, t_len):
@@ -192,7 +190,9 @@ class Conv2d:
             gw.reshape(o, self.k, self.k, self.in_shape[0]).transpose(0, 3, 1, 2)
         if dx is None:
             return None
-        dcols = np.dot(dz, ws["w_ijc"], out=ws["dcols"][:rows])
+        # the input gradient's columns overwrite the im2col rows, read for
+        # the last time just above: one buffer of T*OH*OW*C*k*k values, not two
+        dcols = np.dot(dz, ws["w_ijc"], out=ws["cols"][:rows])
         K.col2im_nhwc(dcols, self.k, self.k, self.stride, self.pad, dx)
         return dx
 
@@ -222,7 +222,7 @@ class Conv2d:
             dy3 = dy.reshape(1, rows, o)
             y3 = ws["z"][:rows].reshape(1, rows, o)
         want_dx = dx is not None
-        dcols = ws["dcols"][:rows] if want_dx else cols
+        dcols = cols      # dx's columns overwrite cols once dW has read them
         dx4 = dx if want_dx else ws["gw"].reshape(1, 1, 1, -1)
         K.conv_backward(fns, ints, self.flatten_out, dy3, y3, K.ACT_CODES[self.act],
                         ws["dz"][:rows], g[self.name + ".bias"], cols, ws["gw"],
