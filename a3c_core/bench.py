@@ -152,21 +152,60 @@ def _hugepage_info() -> dict:
     return {"requested": _hugepages.enabled(), "thp": _hugepages._thp_mode()}
 
 
-def machine_info() -> dict:
-    """CPU model, core counts, OS, Python / numpy / numba versions, BLAS."""
-    cpu = platform.processor() or platform.machine()
+#: OpenBLAS cores (``threadpoolctl``'s ``architecture``) with AVX-512 GEMM kernels
+_AVX512_BLAS_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
+
+
+def _cpuinfo() -> tuple[str | None, set]:
+    """(model name, flags) of the first CPU in /proc/cpuinfo; (None, set()) elsewhere."""
+    model, flags = None, set()
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
+                if model is None and line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                elif not flags and line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                if model is not None and flags:
                     break
     except OSError:
         pass
+    return model, flags
+
+
+def blas_note(info) -> str | None:
+    """A warning when OpenBLAS runs AVX2 kernels on a CPU with AVX-512 (its
+    GEMMs, the backward's, may then run at half the speed they could: 118
+    against 235 GFLOP/s on the Zen 5 VM of bench/RESULTS.md, sixth session of
+    2026-11-26), else None.  ``info``:
+    :func:`machine_info`'s dict."""
+    if "avx512f" not in info.get("cpu_isa", ()):
+        return None
+    for d in info.get("blas", ()):
+        arch = d.get("architecture")
+        if d.get("internal_api") != "openblas" or not arch or \
+                arch.lower() in _AVX512_BLAS_CORES:
+            continue
+        forced = info.get("openblas_coretype")
+        why = (f"OPENBLAS_CORETYPE={forced} selects them" if forced
+               else "OpenBLAS chose them for this CPU")
+        return (f"OpenBLAS runs its {arch} (AVX2) kernels on this AVX-512 CPU ({why}); its "
+                f"GEMMs, the backward's, may run at up to half the speed AVX-512 kernels reach: "
+                f"OPENBLAS_CORETYPE=SkylakeX (or unset) lets OpenBLAS use them")
+    return None
+
+
+def machine_info() -> dict:
+    """CPU model and vector extensions, core counts, OS, Python / numpy /
+    numba versions, BLAS (library, kernel set, ``OPENBLAS_CORETYPE``)."""
+    model, flags = _cpuinfo()
+    cpu = model or platform.processor() or platform.machine()
     from a3c_core.checkpoint import versions
 
     info = {
         "cpu_model": cpu,
+        "cpu_isa": sorted(f for f in flags if f in ("avx2", "fma", "avx512f", "avx512bw",
+                                                    "avx512vl", "avx512_bf16")),
         "cpu_count": os.cpu_count(),
         "affinity_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "platform": platform.platform(),
@@ -180,10 +219,14 @@ def machine_info() -> dict:
     try:
         from threadpoolctl import threadpool_info
 
-        info["blas"] = [{k: d.get(k) for k in ("internal_api", "version", "num_threads")}
+        info["blas"] = [{k: d.get(k) for k in ("internal_api", "version", "num_threads",
+                                               "architecture")}
                         for d in threadpool_info() if d.get("user_api") == "blas"]
     except ImportError:  # pragma: no cover
         pass
+    # OpenBLAS reads it once, when numpy loads it: the kernel set of every GEMM
+    info["openblas_coretype"] = os.environ.get("OPENBLAS_CORETYPE")
+    info["blas_note"] = blas_note(info)
     return info
 
 
@@ -963,6 +1006,8 @@ def main(argv=None) -> int:
           f"numpy {info['numpy']}, numba {info['numba']}, huge pages "
           f"{'on' if hp['requested'] else 'off'} (THP {hp['thp'] or 'n/a'}), "
           f"{info['backward']} backward", flush=True)
+    if info["blas_note"]:
+        print(f"a3c bench: note: {info['blas_note']}", flush=True)
 
     rows, skipped = [], []
 

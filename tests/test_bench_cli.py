@@ -78,6 +78,33 @@ def test_bench_quick_table_and_json(tmp_path, capsys):
     assert header.split() == ["name", "median", "min", "max", "unit", "notes"]
 
 
+def _info(isa, arch, coretype=None, api="openblas"):
+    return {"cpu_isa": isa, "openblas_coretype": coretype,
+            "blas": [{"internal_api": api, "version": "0.3", "num_threads": 1,
+                      "architecture": arch}]}
+
+
+def test_blas_note_flags_avx2_kernels_on_an_avx512_cpu():
+    note = bench.blas_note(_info(["avx2", "avx512f", "fma"], "Haswell", "Haswell"))
+    assert "Haswell (AVX2) kernels on this AVX-512 CPU" in note
+    assert "OPENBLAS_CORETYPE=Haswell selects them" in note
+    chosen = bench.blas_note(_info(["avx2", "avx512f"], "Zen"))
+    assert "OpenBLAS chose them" in chosen and "Zen (AVX2)" in chosen
+    # nothing to say: AVX-512 kernels, an AVX2-only CPU, or not OpenBLAS
+    assert bench.blas_note(_info(["avx2", "avx512f"], "SkylakeX")) is None
+    assert bench.blas_note(_info(["avx2", "avx512f"], "SapphireRapids", "SapphireRapids")) is None
+    assert bench.blas_note(_info(["avx2", "fma"], "Haswell", "Haswell")) is None
+    assert bench.blas_note(_info(["avx2", "avx512f"], None, api="mkl")) is None
+    assert bench.blas_note({"cpu_isa": []}) is None
+
+
+def test_machine_info_records_the_blas_kernels():
+    info = bench.machine_info()
+    assert info["openblas_coretype"] == bench.os.environ.get("OPENBLAS_CORETYPE")
+    assert all("architecture" in d for d in info["blas"])
+    assert info["blas_note"] == bench.blas_note(info)
+
+
 def test_bench_rejects_bad_workers():
     with pytest.raises(SystemExit):
         bench.main(["--workers", "0,x"])
