@@ -8,7 +8,9 @@ backward-only update (``Network.rollout_grad``) and the fused tail (norm pass,
 then Adam with the clip folded in, writing the worker's local copy:
 ``SharedState.apply(sync_to=)``), and their sum per agent step, which is what
 ``a3c bench``'s ``learner us/agent step`` row measures with the paths
-interleaved.  Then the backward by layer (``backward_compiled``, one
+interleaved; then the same parts timed in sequence, one rollout after
+another, as a worker runs them (each then finds less of its data in the
+caches).  Then the backward by layer (``backward_compiled``, one
 nogil call per layer, or with ``--numpy-backward`` ``prepare_backward``
 and ``backward``; and the heads' fused ``forward_loss``), timed by
 wrapping each layer method.  Never run it beside a training run.
@@ -80,6 +82,24 @@ def _run(a):
     for k, v in parts.items():
         print(f"{k:>20}: {v:8.0f} us")
     print(f"{'per agent step':>20}: {sum(parts.values()) / T:8.1f} us")
+
+    # the same parts one after the other, as a worker (and a3c bench) runs
+    # them: each then finds less of its data in the caches the others share
+    perf = time.perf_counter
+    seq = []
+    for i in range(a.repeat + 2):
+        t0 = perf()
+        steps()
+        t1 = perf()
+        backward()
+        t2 = perf()
+        tail()
+        if i >= 2:
+            seq.append((t1 - t0, t2 - t1, perf() - t2))
+    print("in sequence (one rollout after another):")
+    for k, col in zip(parts, zip(*seq)):
+        print(f"{k:>20}: {statistics.median(col) * 1e6:8.0f} us")
+    print(f"{'per agent step':>20}: {statistics.median(map(sum, seq)) * 1e6 / T:8.1f} us")
 
     spent = {}
 

@@ -338,7 +338,8 @@ def test_learner_parts_runs_and_restores_the_layers(capsys):
     assert lp.main(["--t-max", "3", "--repeat", "1", "--numpy-backward"]) == 0
     out = capsys.readouterr().out
     for part in ("3 recorded steps", "rollout_grad:", "fused tail", "per agent step"):
-        assert part in out
+        assert out.count(part) == 2, part      # each alone, then in sequence
+    assert "in sequence" in out
     for name in ("conv1.backward:", "conv1.prepare_backward", "conv2.backward:", "fc.backward:",
                  "lstm.backward:", "heads.forward_loss"):
         assert name in out, name
