@@ -1,18 +1,24 @@
-"""How ``a3c bench``'s GIL probe reads synthetic workers whose GIL time is known.
+"""How ``a3c bench``'s GIL probes read synthetic workers whose GIL time is known.
 
     python bench/gil_calibrate.py [--seconds 2] [--cases 0/300,2/300,5/300,20/300,50/300,5/100,20/1000]
 
 Each case ``H/G`` runs a worker thread that loops "hold the GIL for H us
 (a Python busy-wait on ``perf_counter``), then spin G us in a ``nogil``
-Numba kernel" while the main thread runs :func:`a3c_core.bench.gil_probe`.
-The truth per worker call is the held time the worker measured itself
-(the busy-wait plus the loop's own Python, timed from the kernel's return to
-the next kernel call).  Printed per case: the probe's raw GIL us per call
-(``gil_blocked_fraction`` / calls per second, as in ``a3c bench``'s ``GIL
-us/step`` row) and the same with the probe's own noise floor subtracted:
-the blocked fraction that the probe measures alone (it sums the cycles'
-positive deviations from their median, so jitter alone gives a positive
-share), and, for reference, beside a GIL-free busy thread.
+Numba kernel" while the main thread runs each probe in turn for
+``--seconds``.  The truth per worker call is the held time the worker
+measured itself (the busy-wait plus the loop's own Python, timed from the
+kernel's return to the next kernel call; the dispatch into and out of the
+kernel, ~0.5 us, is held too but not in it).  Printed per case, as GIL us
+per worker call (share / calls per second, as in ``a3c bench``'s ``GIL
+us/step`` row):
+
+* ``waits``: :func:`a3c_core.bench.gil_waits` and ``gil_held_share``, the
+  probe ``a3c bench`` uses: the share of GIL requests that waited > 2 us;
+  ``-floor``: less the share it reads alone;
+* ``cycles``: :func:`a3c_core.bench.gil_probe`, the probe before it: the
+  summed excess of its cycles over their median (``gil_blocked_fraction``);
+  ``-noise``: less the fraction it reads alone (its jitter), and, for
+  reference, the fraction beside a GIL-free busy thread.
 
 Needs a free core for the probe: never run it beside a training run.
 """
@@ -53,7 +59,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     cases = _parse_cases(a.cases)
 
-    from a3c_core.bench import _spin_kernel, gil_blocked_fraction, gil_probe
+    from a3c_core.bench import (GIL_WAIT_THRESHOLD_S, _spin_kernel, gil_blocked_fraction,
+                                gil_held_share, gil_probe, gil_waits)
 
     spin, per_iter = _spin_kernel()
     perf = time.perf_counter
@@ -82,6 +89,8 @@ def main(argv=None):
     alone = gil_probe(max(1.0, a.seconds / 2))
     base = float(np.median(alone))
     noise = gil_blocked_fraction(alone, base)
+    alone_w = gil_waits(max(1.0, a.seconds / 2), seed=1)
+    floor = gil_held_share(alone_w) if alone_w is not None else None
     stop = threading.Event()
     th = threading.Thread(target=neighbour, args=(stop,), daemon=True)
     th.start()
@@ -91,10 +100,15 @@ def main(argv=None):
         stop.set()
         th.join()
     noise_busy = gil_blocked_fraction(busy, base)
-    print(f"probe cycle {base * 1e6:.1f} us; noise floor (blocked fraction with no worker): "
-          f"alone {noise:.2%}, beside a GIL-free busy thread {noise_busy:.2%}")
-    print(f"{'hold/gap us':>12s} {'calls/s':>9s} {'true share':>10s} {'raw share':>9s} "
-          f"{'true us':>8s} {'raw us':>7s} {'-noise us':>9s}")
+    print(f"cycles probe: cycle {base * 1e6:.1f} us; blocked fraction with no worker: alone "
+          f"{noise:.2%}, beside a GIL-free busy thread {noise_busy:.2%}")
+    if floor is None:
+        print("waits probe: no usable time-stamp counter here; its columns are left empty")
+    else:
+        print(f"waits probe: share of requests waiting > "
+              f"{GIL_WAIT_THRESHOLD_S * 1e6:g} us with no worker {floor:.2%}")
+    print(f"{'hold/gap us':>12s} {'calls/s':>9s} {'true us':>8s} {'waits':>7s} {'-floor':>7s} "
+          f"{'cycles':>7s} {'-noise':>7s}")
     rows = []
     for hold, gap in cases:
         stop, out = threading.Event(), {}
@@ -103,6 +117,7 @@ def main(argv=None):
         time.sleep(0.3)
         t0 = perf()
         cycles = gil_probe(a.seconds)
+        waits = gil_waits(a.seconds, seed=2) if floor is not None else None
         stop.set()
         th.join()
         # the worker's totals include its 0.3 s lead-in; its rate and held
@@ -112,13 +127,19 @@ def main(argv=None):
         rate = calls / wall
         true_us = held / max(calls, 1) * 1e6
         raw = gil_blocked_fraction(cycles, base)
-        raw_us = raw / rate * 1e6
-        sub_us = max(0.0, raw - noise) / rate * 1e6
-        rows.append({"hold_us": hold, "gap_us": gap, "calls_per_s": rate,
-                     "true_share": held / wall, "raw_share": raw, "true_us": true_us,
-                     "raw_us": raw_us, "noise_subtracted_us": sub_us})
-        print(f"{f'{hold:g}/{gap:g}':>12s} {rate:9.0f} {held / wall:10.2%} {raw:9.2%} "
-              f"{true_us:8.1f} {raw_us:7.1f} {sub_us:9.1f}")
+        row = {"hold_us": hold, "gap_us": gap, "calls_per_s": rate,
+               "true_share": held / wall, "true_us": true_us,
+               "raw_share": raw, "raw_us": raw / rate * 1e6,
+               "noise_subtracted_us": max(0.0, raw - noise) / rate * 1e6}
+        if waits is not None:
+            share = gil_held_share(waits)
+            row.update(waits_share=share, waits_us=share / rate * 1e6,
+                       waits_floor_subtracted_us=max(0.0, share - floor) / rate * 1e6)
+        rows.append(row)
+        w_us = f"{row['waits_us']:7.1f} {row['waits_floor_subtracted_us']:7.1f}" \
+            if waits is not None else f"{'-':>7s} {'-':>7s}"
+        print(f"{f'{hold:g}/{gap:g}':>12s} {rate:9.0f} {true_us:8.1f} {w_us} "
+              f"{row['raw_us']:7.1f} {row['noise_subtracted_us']:7.1f}")
     return rows
 
 

@@ -3,12 +3,15 @@
     python bench/gil_parts.py [--seconds 3] [--parts env,pipe,step,sample,update6,update20,worker]
 
 Runs one part at a time in a loop on a background thread (one BLAS
-thread) while the main thread runs :func:`a3c_core.bench.gil_probe`: the
-probe's lost share of time (``gil_blocked_fraction``) divided by the
-loop's calls per second is the GIL time per call, hand-off latency
-included, as in the ``GIL us/step`` row of ``a3c bench``; ``-noise`` is the
-same less the blocked fraction the probe reads alone (its own jitter; see
-``bench/gil_calibrate.py``).  Parts:
+thread) while the main thread runs :func:`a3c_core.bench.gil_waits`: the
+share of the probe's GIL requests that found the GIL held
+(``gil_held_share``) divided by the loop's calls per second is the GIL
+time per call, as in the ``GIL us/step`` row of ``a3c bench``; ``-floor``
+is the same less the share the probe reads alone (see
+``bench/gil_calibrate.py``), and ``wait p50/p90`` are the waits of the
+requests that found it held (the rest of a hold plus a thread wake-up).
+Without a usable time-stamp counter the cycles probe
+(:func:`a3c_core.bench.gil_probe`) runs instead.  Parts:
 
 * ``env``: ``DoomEnv.step`` on doom:basic (random actions; resets in the loop);
 * ``pipe``: the observation pipeline (uint8 120x160 -> float32 84x84);
@@ -41,7 +44,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
 
     from a3c_core._blas import limit_blas_threads
-    from a3c_core.bench import gil_blocked_fraction, gil_probe
+    from a3c_core.bench import (GIL_WAIT_THRESHOLD_S, gil_blocked_fraction, gil_held_share,
+                                gil_probe, gil_waits)
     from a3c_core.envs import make_env
     from a3c_core.nn.network import build_network
     from a3c_core.obs import ObsPipeline
@@ -108,11 +112,17 @@ def main(argv=None):
     for p in parts:
         if p not in loops and not (p.startswith("update") and p[6:].isdigit() and 1 <= int(p[6:]) <= 20):
             ap.error(f"unknown part {p!r}")
-    alone_cycles = gil_probe(1.0)
-    base = float(np.median(alone_cycles))
-    noise = gil_blocked_fraction(alone_cycles, base)   # the probe's own floor (jitter)
+    timed = gil_waits(0.01) is not None
+    if timed:
+        floor = gil_held_share(gil_waits(1.0, seed=1))
+    else:
+        alone_cycles = gil_probe(1.0)
+        base = float(np.median(alone_cycles))
+        floor = gil_blocked_fraction(alone_cycles, base)   # the probe's own floor (jitter)
+    print(f"probe: {'waits (share of GIL requests that waited > 2 us)' if timed else 'cycles'}; "
+          f"alone {floor:.2%}")
     print(f"{'part':10s} {'calls/s alone':>14s} {'with probe':>11s} {'GIL share':>10s} "
-          f"{'GIL us/call':>12s} {'-noise':>7s}")
+          f"{'GIL us/call':>12s} {'-floor':>7s} {'wait p50/p90 us':>16s}")
     for p in parts:
         fn = loops.get(p) or loop_update(int(p[6:]))
         stop, cnt = threading.Event(), [0]
@@ -127,17 +137,24 @@ def main(argv=None):
         time.sleep(a.seconds / 2)
         alone = (cnt[0] - c0) / (time.perf_counter() - t0)
         c0, t0 = cnt[0], time.perf_counter()
-        cycles = gil_probe(a.seconds)
+        cycles = gil_waits(a.seconds, seed=2) if timed else gil_probe(a.seconds)
         rate = (cnt[0] - c0) / (time.perf_counter() - t0)
         stop.set()
         th.join()
-        f = gil_blocked_fraction(cycles, base)
+        if timed:
+            f = gil_held_share(cycles)
+            held = cycles[cycles > GIL_WAIT_THRESHOLD_S] * 1e6
+            waits = (f"{np.percentile(held, 50):.0f}/{np.percentile(held, 90):.0f}"
+                     if held.size else "-")
+        else:
+            f = gil_blocked_fraction(cycles, base)
+            waits = "-"
         if rate <= 0:
             print(f"{p:10s} made no calls while timed (thread alive: {th.is_alive()})")
             continue
         flag = "  PERTURBED (>10% slower with the probe)" if rate < 0.9 * alone else ""
         print(f"{p:10s} {alone:14.0f} {rate:11.0f} {f:10.1%} {f / rate * 1e6:12.1f} "
-              f"{max(0.0, f - noise) / rate * 1e6:7.1f}{flag}")
+              f"{max(0.0, f - floor) / rate * 1e6:7.1f} {waits:>16s}{flag}")
     env.close()
     return 0
 

@@ -105,6 +105,32 @@ def test_machine_info_records_the_blas_kernels():
     assert info["blas_note"] == bench.blas_note(info)
 
 
+def test_gil_held_share_counts_the_requests_that_waited():
+    waits = np.array([0.1e-6, 0.3e-6, 1.9e-6, 2.1e-6, 25e-6, 400e-6, 0.2e-6, 0.0])
+    assert bench.gil_held_share(waits) == 3 / 8            # over the 2 us threshold
+    assert bench.gil_held_share(waits, threshold=1e-6) == 4 / 8
+    assert bench.gil_held_share(np.array([])) == 0.0
+
+
+def test_gil_waits_off_without_a_usable_counter(monkeypatch):
+    monkeypatch.setattr(bench, "_TSC", None)
+    monkeypatch.setattr(bench.platform, "machine", lambda: "aarch64")
+    assert bench._tsc_probe() is None
+    assert bench.gil_waits(0.01) is None
+    monkeypatch.setattr(bench, "_TSC", None)
+    monkeypatch.setattr(bench.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(bench, "_cpuinfo", lambda: ("cpu", {"avx2"}))     # no constant_tsc
+    assert bench._tsc_probe() is None
+
+
+def test_gil_waits_returns_one_wait_per_request():
+    w = bench.gil_waits(0.05)
+    if w is None:
+        pytest.skip("no usable time-stamp counter on this machine")
+    assert w.ndim == 1 and w.size > 10          # ~200 us per request
+    assert np.all(np.isfinite(w)) and np.all(w > -1e-6)
+
+
 def test_bench_rejects_bad_workers():
     with pytest.raises(SystemExit):
         bench.main(["--workers", "0,x"])
@@ -367,7 +393,9 @@ def test_gil_parts_prints_a_row_per_part(capsys):
     gp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gp)
     assert gp.main(["--seconds", "0.2", "--parts", "env,sample,update2"]) == 0
-    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("probe: ")
+    rows = [line.split() for line in out[2:]]
     assert [r[0] for r in rows] == ["env", "sample", "update2"]
     for r in rows:
         us = float(r[4])
@@ -397,7 +425,11 @@ def test_gil_calibrate_reports_known_holds(capsys):
         for k in ("raw_us", "noise_subtracted_us"):
             assert math.isfinite(r[k]) and r[k] >= 0.0
         assert r["noise_subtracted_us"] <= r["raw_us"]
-    assert "noise floor" in capsys.readouterr().out
+        if "waits_us" in r:        # the time-stamp-counter probe (x86-64)
+            assert 0.0 <= r["waits_floor_subtracted_us"] <= r["waits_us"]
+            assert 0.0 <= r["waits_share"] <= 1.0
+    out = capsys.readouterr().out
+    assert "cycles probe:" in out and "waits probe:" in out
     with pytest.raises(SystemExit, match="bad case '5-300'"):
         gc.main(["--cases", "5-300"])
 
