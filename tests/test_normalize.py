@@ -312,3 +312,47 @@ def test_entropy_floor_is_saved_and_restored_by_the_trainer(tmp_path):
         assert tr2.entropy_ctl.log_mult == pytest.approx(saved["log_mult"])
     finally:
         tr2.close()
+
+
+def test_compiled_statistics_match_their_numpy_twins_value_for_value():
+    """The per-rollout kernels against the numpy/Python code they replaced:
+    the running returns and both clips exactly, the moments to rounding."""
+    from a3c_core.core.normalize import _moments, clip_into, scale_clip_into
+
+    rng = np.random.default_rng(3)
+    raw = rng.normal(0.0, 30.0, 20) * rng.choice([1e-3, 1.0, 1e3], 20)
+    out, acc = running_returns(raw, 0.99, 4.5)
+    want, a = np.empty(20), 4.5
+    for i, x in enumerate(raw):
+        a = 0.99 * a + float(x)
+        want[i] = a
+    np.testing.assert_array_equal(out, want)
+    assert acc == want[-1]
+    clipped = np.empty(20)
+    clip_into(raw, -5.0, 5.0, clipped)
+    np.testing.assert_array_equal(clipped, np.clip(raw, -5.0, 5.0))
+    for scale in (1e-4, 0.37, 3.0):
+        got = np.empty(20, np.float32)
+        scale_clip_into(raw, scale, 10.0, got)
+        ref = np.empty(20, np.float32)
+        np.clip(raw * scale, -10.0, 10.0, out=ref, casting="unsafe")
+        np.testing.assert_array_equal(got, ref)
+    mean, m2, sq, finite = _moments(raw)
+    assert finite
+    assert mean == pytest.approx(raw.mean(), rel=1e-12)
+    assert m2 == pytest.approx(np.square(raw - raw.mean()).sum(), rel=1e-12)
+    assert sq == pytest.approx(np.square(raw).sum(), rel=1e-12)
+    for bad in (np.nan, np.inf, -np.inf):
+        x = raw.copy()
+        x[7] = bad
+        assert _moments(x)[3] is False
+
+
+def test_advantage_normalizer_horizon_rejects_non_finite_by_name():
+    from a3c_core.core.normalize import AdvantageNormalizer
+
+    norm = AdvantageNormalizer(horizon=100)
+    norm.update(np.ones(5))
+    with pytest.raises(ValueError, match="AdvantageNormalizer.update: advantages contain NaN"):
+        norm.update(np.array([1.0, np.inf]))
+    assert norm.count == 5

@@ -30,18 +30,81 @@ import threading
 
 import numpy as np
 
+from a3c_core._jit import kernel
+
 __all__ = ["ReturnNormalizer", "AdvantageNormalizer", "EntropyController", "running_returns"]
+
+
+# The per-rollout statistics below run as compiled nogil kernels: as numpy
+# calls on arrays of ~20 values they cost ~15 us of GIL-held dispatch per
+# update, most of a worker's per-update Python (bench/RESULTS.md, sixth
+# session of 2026-11-26).
+
+
+@kernel(fastmath=False)          # the recurrence exactly as written, no FMA
+def _running_returns_into(r, gamma, acc, out):
+    for i in range(r.size):
+        acc = gamma * acc + r[i]
+        out[i] = acc
+    return acc
+
+
+@kernel
+def _moments(x):
+    """``(mean, sum (x - mean)^2, sum x^2, all finite)`` of float64 ``x`` (size >= 1)."""
+    n = x.size
+    s = 0.0
+    finite = True
+    for i in range(n):
+        if not math.isfinite(x[i]):
+            finite = False
+        s += x[i]
+    mean = s / n
+    m2 = 0.0
+    sq = 0.0
+    for i in range(n):
+        d = x[i] - mean
+        m2 += d * d
+        sq += x[i] * x[i]
+    return mean, m2, sq, finite
+
+
+@kernel
+def clip_into(r, lo, hi, out):
+    """``out[i] = min(max(r[i], lo), hi)`` (``np.clip`` of float64 ``r``, value for value)."""
+    for i in range(r.size):
+        out[i] = min(max(r[i], lo), hi)
+
+
+@kernel
+def scale_clip_into(r, scale, clip, out):
+    """``out[i] = clip(r[i] * scale, -clip, clip)`` computed in float64 and
+    stored in ``out``'s dtype: ``np.clip(r * scale, -clip, clip, out=out,
+    casting="unsafe")`` of a float64 ``r``, value for value."""
+    for i in range(r.size):
+        out[i] = min(max(r[i] * scale, -clip), clip)
 
 
 def running_returns(rewards, gamma, acc):
     """Discounted running returns of raw ``rewards`` (float, ``(n,)``) from the
     carried accumulator ``acc`` (float): ``R_t = gamma * R_{t-1} + r_t``.
     Returns ``(R (n,) float64, new acc)``."""
-    out = np.empty(len(rewards), np.float64)
-    for i, r in enumerate(rewards):
-        acc = gamma * acc + float(r)
-        out[i] = acc
+    r = np.asarray(rewards, dtype=np.float64).ravel()
+    out = np.empty(r.size, np.float64)
+    acc = _running_returns_into(r, float(gamma), float(acc), out)
     return out, acc
+
+
+def _batch(values, who):
+    """float64 1-D view/copy of ``values`` and its ``(n, mean, m2, sumsq)``;
+    ValueError naming ``who`` on NaN or inf."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    if x.size == 0:
+        return x, 0, 0.0, 0.0, 0.0
+    mean, m2, sq, finite = _moments(x)
+    if not finite:
+        raise ValueError(f"{who} contain NaN or inf")
+    return x, x.size, mean, m2, sq
 
 
 class ReturnNormalizer:
@@ -73,14 +136,9 @@ class ReturnNormalizer:
 
     def update(self, returns) -> float:
         """Merge a batch of discounted returns; returns the new scale."""
-        x = np.asarray(returns, dtype=np.float64).ravel()
-        if x.size == 0:
+        _, n_b, mean_b, m2_b, _ = _batch(returns, "ReturnNormalizer.update: returns")
+        if n_b == 0:
             return self.scale
-        if not np.all(np.isfinite(x)):
-            raise ValueError("ReturnNormalizer.update: returns contain NaN or inf")
-        n_b = x.size
-        mean_b = float(x.mean())
-        m2_b = float(np.square(x - mean_b).sum())
         with self._lock:
             n_a = self.count
             n = n_a + n_b
@@ -151,16 +209,14 @@ class AdvantageNormalizer(ReturnNormalizer):
     def update(self, advantages) -> float:
         if self.horizon is None:
             return super().update(advantages)
-        x = np.asarray(advantages, dtype=np.float64).ravel()
-        if x.size == 0:
+        _, n_b, _, _, sq = _batch(advantages, "AdvantageNormalizer.update: advantages")
+        if n_b == 0:
             return self.scale
-        if not np.all(np.isfinite(x)):
-            raise ValueError("AdvantageNormalizer.update: advantages contain NaN or inf")
-        ms_b = float(np.square(x).mean())
-        keep = (1.0 - 1.0 / self.horizon) ** x.size      # weight left on the old average
+        ms_b = sq / n_b
+        keep = (1.0 - 1.0 / self.horizon) ** n_b      # weight left on the old average
         with self._lock:
             self.mean_sq = ms_b if self.count == 0 else keep * self.mean_sq + (1.0 - keep) * ms_b
-            self.count += x.size
+            self.count += n_b
             if self.count >= self.min_count:
                 self.scale = self._capped(1.0 / math.sqrt(self.mean_sq + self.eps))
             return self.scale

@@ -62,7 +62,7 @@ import numpy as np
 
 from a3c_core._safepoint import safe_point
 from a3c_core.core import gae
-from a3c_core.core.normalize import running_returns
+from a3c_core.core.normalize import clip_into, running_returns, scale_clip_into
 from a3c_core.sampling import sample_categorical, sample_mixed
 
 __all__ = ["RolloutSettings", "LossStats", "Store", "ThreadStore", "Worker"]
@@ -247,6 +247,7 @@ class Worker:
         self.actions = np.zeros(T, np.int64)
         self.rewards = np.zeros(T, np.float32)   # rewards used for learning
         self.raw_rewards = np.zeros(T, np.float64)
+        self._clip_buf = np.zeros(T, np.float64)       # raw rewards clipped to reward_clip
         self.values = np.zeros(T, np.float32)
         self.pg_weights = np.ones(T, np.float32)   # policy_epsilon's w per step
         self._beta = None      # the entropy floor's coefficient for the next update
@@ -447,9 +448,7 @@ class Worker:
         (the running return restarts at each episode; one normalizer merge)."""
         s = self.s
         T = segs[-1][1]
-        r = self.raw_rewards[:T]
-        if s.reward_clip > 0:
-            r = np.clip(r, -s.reward_clip, s.reward_clip)
+        r = self._clipped_rewards(T)
         if s.reward_scale is not None:
             np.multiply(r, s.reward_scale, out=self.rewards[:T], casting="unsafe")
             return
@@ -462,20 +461,28 @@ class Worker:
                 acc = 0.0
         self._ret_acc = acc
         scale = self.store.reward_scale(np.concatenate(rets) if len(rets) > 1 else rets[0])
-        np.clip(r * scale, -s.norm_clip, s.norm_clip, out=self.rewards[:T], casting="unsafe")
+        scale_clip_into(r, float(scale), float(s.norm_clip), self.rewards[:T])
+
+    def _clipped_rewards(self, n):
+        """The rollout's raw rewards, clipped to ``reward_clip`` (when > 0)."""
+        r = self.raw_rewards[:n]
+        c = self.s.reward_clip
+        if c > 0:
+            out = self._clip_buf[:n]
+            clip_into(r, -float(c), float(c), out)
+            return out
+        return r
 
     def _scale_rewards(self, n):
         """raw rewards -> learning rewards (clip, then fixed or normalized scale)."""
         s = self.s
-        r = self.raw_rewards[:n]
-        if s.reward_clip > 0:
-            r = np.clip(r, -s.reward_clip, s.reward_clip)
+        r = self._clipped_rewards(n)
         if s.reward_scale is not None:
             np.multiply(r, s.reward_scale, out=self.rewards[:n], casting="unsafe")
             return
         rets, self._ret_acc = running_returns(r, s.gamma, self._ret_acc)
         scale = self.store.reward_scale(rets)
-        np.clip(r * scale, -s.norm_clip, s.norm_clip, out=self.rewards[:n], casting="unsafe")
+        scale_clip_into(r, float(scale), float(s.norm_clip), self.rewards[:n])
 
     def _update(self, n, boot):
         s = self.s
