@@ -96,11 +96,15 @@ def kernel_compute_us(worker, rollouts=40, target_s=0.02):
         for name, obj in list(vars(mod).items()):
             if isinstance(obj, Dispatcher):
                 wrap(mod, name, obj)
+    # the network keeps its backward's kernel calls once built: rebuilt now
+    # they hold the recording wrappers, and afterwards the kernels again
+    worker.net._bw_calls = {}
     try:
         steps = sum(worker.rollout()[0] for _ in range(rollouts))
     finally:
         for mod, name, disp in saved:
             setattr(mod, name, disp)
+        worker.net._bw_calls = {}
     loops, per_call = {}, {}
     for name, disp, args in calls:
         key = (name, tuple(type(a).__name__ + str(getattr(a, "shape", "")) for a in args))

@@ -524,6 +524,9 @@ def test_gil_budget_records_kernels_and_restores_modules(capsys):
     assert "doom_step_rec_packed" in parts and "sample_categorical" in parts
     if w.net.compiled_backward:
         assert {"conv_backward", "dense_backward", "lstm_backward"} <= set(parts)
+        w.rollout()   # the network's kept backward calls hold the kernels again, not wrappers
+        assert w.net._bw_calls and all(isinstance(k, Dispatcher)
+                                       for calls in w.net._bw_calls.values() for k, _ in calls)
     assert all(math.isfinite(v) and v >= 0 for v in parts.values())
     assert total == pytest.approx(sum(parts.values()))
     assert gb.main(["--seconds", "0.05", "--repeats", "1", "--episode", "5"]) == 0

@@ -146,3 +146,35 @@ def test_forks_keep_the_backward_path():
     assert net.fork().compiled_backward
     net.compiled_backward = False
     assert not net.fork().compiled_backward
+
+
+@pytest.mark.parametrize("spec,obs_shape", [("doom-lstm", (1, 84, 84)), ("atari-lstm", (1, 42, 42)),
+                                            ("mlp", (7,))])
+def test_replayed_backward_calls_follow_new_rows_lengths_and_regrows(spec, obs_shape):
+    """``rollout_grad`` keeps its compiled calls per (T, resets) and replays
+    them: over a sequence of rollouts of new data, other lengths, with and
+    without resets, and past a workspace regrow (T > 20), every gradient
+    equals that of a fresh network's numpy backward on the same rows."""
+    net = build_network(spec, obs_shape, 3, seed=6)
+    ref = build_network(spec, obs_shape, 3, seed=6)
+    ref.compiled_backward = False
+    rng = np.random.default_rng(7)
+    for t_len, cut in [(8, None), (8, None), (5, 2), (8, 3), (8, None), (5, None), (26, 4),
+                       (8, None)]:
+        obs, actions, ret, adv, state = random_rollout(net, t_len, rng)
+        results = []
+        for n in (net, ref):
+            n.begin_rollout(t_len)
+            s = state
+            for t in range(t_len):
+                if t == cut:
+                    s = n.initial_state()
+                _, _, s = n.step(obs[t], s, record=True)
+            n.grads[...] = np.nan
+            stats = n.rollout_grad(actions, ret, adv)
+            results.append(_outputs(n, stats))
+        assert np.isfinite(results[0]["grads"]).all()
+        _assert_identical(*results)
+    # kept per (T, resets); the regrow to 26 rows dropped the calls made before it
+    assert (26, net.recurrent) in net._bw_calls and (8, False) in net._bw_calls
+    assert not any(t == 5 for t, _ in net._bw_calls)

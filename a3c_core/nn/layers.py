@@ -201,11 +201,20 @@ class Conv2d:
         the same results), ``bl`` = ``blas.gemm_handle()``.  ``prep``: run
         :meth:`prepare_backward` first, in one more call (the backward-only
         update, whose recorded rows have no im2col yet)."""
+        for kern, args in self.backward_calls(bl, ws, p, g, x, dy, t_len, dx, prep):
+            kern(*args)
+        return dx
+
+    def backward_calls(self, bl, ws, p, g, x, dy, t_len, dx, prep=False):
+        """The kernel calls of :meth:`backward_compiled`, as ``[(kernel, args)]``:
+        fixed for fixed arrays, so a caller may keep and replay them
+        (``Network.rollout_grad`` does, per rollout length)."""
         fns, ints = bl
         c, h, w = self.in_shape
         o, n_pix = self.out_ch, self.n_pix
         rows = t_len * n_pix
         cols = ws["cols"][:rows]
+        calls = []
         if prep:
             if self.nchw_in:
                 x4 = x.reshape(t_len, c, h, w)
@@ -213,8 +222,8 @@ class Conv2d:
             else:
                 x4 = x
                 xt = x4
-            K.conv_prepare(x4, self.nchw_in, p[self.name + ".weight"], xt, self.k, self.stride,
-                           self.pad, cols, ws["w_ijc"])
+            calls.append((K.conv_prepare, (x4, self.nchw_in, p[self.name + ".weight"], xt,
+                                           self.k, self.stride, self.pad, cols, ws["w_ijc"])))
         if self.flatten_out:
             dy3 = dy.reshape(t_len, o, n_pix)
             y3 = ws["flat"][:t_len].reshape(t_len, o, n_pix)
@@ -224,11 +233,12 @@ class Conv2d:
         want_dx = dx is not None
         dcols = cols      # dx's columns overwrite cols once dW has read them
         dx4 = dx if want_dx else ws["gw"].reshape(1, 1, 1, -1)
-        K.conv_backward(fns, ints, self.flatten_out, dy3, y3, K.ACT_CODES[self.act],
-                        ws["dz"][:rows], g[self.name + ".bias"], cols, ws["gw"],
-                        g[self.name + ".weight"], ws["w_ijc"], want_dx, dcols, self.k,
-                        self.stride, self.pad, dx4)
-        return dx
+        calls.append((K.conv_backward, (fns, ints, self.flatten_out, dy3, y3,
+                                        K.ACT_CODES[self.act], ws["dz"][:rows],
+                                        g[self.name + ".bias"], cols, ws["gw"],
+                                        g[self.name + ".weight"], ws["w_ijc"], want_dx, dcols,
+                                        self.k, self.stride, self.pad, dx4)))
+        return calls
 
     # -- batch-1 step -----------------------------------------------------------
     def step_call(self, p, dt):
@@ -316,15 +326,20 @@ class Dense:
     def backward_compiled(self, bl, ws, p, g, x, dy, t_len, dx, prep=False):
         """:meth:`backward` in one nogil call (``kernels.dense_backward``;
         bit-for-bit the same results); ``prep`` is unused (nothing to prepare)."""
+        (kern, args), = self.backward_calls(bl, ws, p, g, x, dy, t_len, dx, prep)
+        kern(*args)
+        return args[-1] if dx is not None else None
+
+    def backward_calls(self, bl, ws, p, g, x, dy, t_len, dx, prep=False):
+        """The kernel call of :meth:`backward_compiled` (see ``Conv2d.backward_calls``)."""
         fns, ints = bl
         dz = ws["dy"][:t_len]
         x2 = x.reshape(t_len, self.n_in)
         want_dx = dx is not None
         dx2 = dx.reshape(t_len, self.n_in) if want_dx else x2
-        K.dense_backward(fns, ints, dy, ws["y"][:t_len], K.ACT_CODES[self.act], dz,
-                         g[self.name + ".bias"], x2, g[self.name + ".weight"],
-                         p[self.name + ".weight"], want_dx, dx2)
-        return dx2 if want_dx else None
+        return [(K.dense_backward, (fns, ints, dy, ws["y"][:t_len], K.ACT_CODES[self.act], dz,
+                                    g[self.name + ".bias"], x2, g[self.name + ".weight"],
+                                    p[self.name + ".weight"], want_dx, dx2))]
 
     def step_call(self, p, dt):
         y = np.empty(self.n_out, dt)
@@ -434,19 +449,24 @@ class LSTM:
     def backward_compiled(self, bl, ws, p, g, x, dhs, t_len, dx, resets=False):
         """:meth:`backward` in one nogil call (``kernels.lstm_backward``;
         bit-for-bit the same results), ``bl`` = ``blas.gemm_handle()``."""
+        (kern, args), = self.backward_calls(bl, ws, p, g, x, dhs, t_len, dx, resets)
+        kern(*args)
+        return args[-1] if dx is not None else None
+
+    def backward_calls(self, bl, ws, p, g, x, dhs, t_len, dx, resets=False):
+        """The kernel call of :meth:`backward_compiled` (see ``Conv2d.backward_calls``)."""
         fns, ints = bl
         n = self.name
         x2 = x.reshape(t_len, self.n_in)
         want_dx = dx is not None
         dx2 = dx.reshape(t_len, self.n_in) if want_dx else x2
-        K.lstm_backward(fns, ints, dhs, ws["zero"], p[n + ".weight_hh"], ws["hs"][:t_len + 1],
-                        ws["cs"][:t_len + 1], ws["gates"][:t_len], ws["da"][:t_len], ws["dh0"],
-                        ws["dc0"], bool(resets),
-                        (ws["reset"] if resets else ws["no_reset"])[:t_len], ws["hin"][:t_len],
-                        ws["cin"][:t_len], ws["hprev"][:t_len], ws["cprev"][:t_len], x2,
-                        p[n + ".weight_ih"], g[n + ".weight_ih"], g[n + ".weight_hh"],
-                        g[n + ".bias_ih"], g[n + ".bias_hh"], want_dx, dx2)
-        return dx2 if want_dx else None
+        return [(K.lstm_backward, (
+            fns, ints, dhs, ws["zero"], p[n + ".weight_hh"], ws["hs"][:t_len + 1],
+            ws["cs"][:t_len + 1], ws["gates"][:t_len], ws["da"][:t_len], ws["dh0"], ws["dc0"],
+            bool(resets), (ws["reset"] if resets else ws["no_reset"])[:t_len],
+            ws["hin"][:t_len], ws["cin"][:t_len], ws["hprev"][:t_len], ws["cprev"][:t_len], x2,
+            p[n + ".weight_ih"], g[n + ".weight_ih"], g[n + ".weight_hh"], g[n + ".bias_ih"],
+            g[n + ".bias_hh"], want_dx, dx2))]
 
     def step_args(self, p):
         n = self.name

@@ -278,6 +278,7 @@ class Network:
         self._rec_state = None    # the state the last recorded step returned
         # (gemm addresses, ints): the backward runs one nogil call per layer
         self._bl = blas.gemm_handle()
+        self._bw_calls = {}       # (T, resets) -> the backward-only update's kernel calls
 
     @property
     def compiled_backward(self) -> bool:
@@ -291,6 +292,7 @@ class Network:
 
     @compiled_backward.setter
     def compiled_backward(self, on):
+        self._bw_calls = {}
         if not on:
             self._bl = None
             return
@@ -308,6 +310,7 @@ class Network:
         twin.__dict__.update(self.__dict__)
         twin._setup_buffers(self._params)
         twin._bl = self._bl             # the same backward path as this network
+        twin._bw_calls = {}
         return twin
 
     # ------------------------------------------------------------------ build
@@ -553,6 +556,7 @@ class Network:
         t_cap = max(t_len, 20)
         dt = self._dtype
         self._ws = [layer.workspace(t_cap, dt) for layer in self.layers]
+        self._bw_calls = {}             # their arguments were views of the old rows
         self._ws_t = t_cap
         self._rec_t = -1                # a recording does not survive a regrow
         self._obs_rows = np.empty((t_cap,) + self.obs_shape, dt)
@@ -715,6 +719,18 @@ class Network:
         one nogil call (``prep``: the conv layers also prepare their im2col
         rows, which the backward-only update has not done)."""
         ws, p, g, bl = self._ws, self._p, self._g, self._bl
+        if bl is not None and prep:
+            # the backward-only update: every argument is a fixed view of this
+            # network's buffers, so the calls are built once per (T, resets)
+            # and replayed (~5 us of Python per layer otherwise, GIL held)
+            key = (t_len, bool(resets))
+            calls = self._bw_calls.get(key)
+            if calls is None:
+                calls = self._bw_calls[key] = self._backward_calls(inputs, feat, t_len,
+                                                                   resets)
+            for kern, args in calls:
+                kern(*args)
+            return
         n_enc = len(self.encoder)
         dy = ws[-1]["dtop"][:t_len]
         last = self.encoder[-1]
@@ -732,6 +748,28 @@ class Network:
             else:
                 dy = self.encoder[i].backward_compiled(bl, ws[i], p, g, inputs[i], dy, t_len,
                                                        dx, prep)
+
+    def _backward_calls(self, inputs, feat, t_len, resets):
+        """The compiled backward-only update as ``[(kernel, args)]`` (what
+        :meth:`_backward` runs with ``prep``), core first, then the encoder
+        from the top."""
+        ws, p, g, bl = self._ws, self._p, self._g, self._bl
+        n_enc = len(self.encoder)
+        calls = []
+        dy = ws[-1]["dtop"][:t_len]
+        if self.recurrent:
+            dx = self.encoder[-1].dy_rows(ws[n_enc - 1], t_len)
+            calls += self.core.backward_calls(bl, ws[n_enc], p, g, feat, dy, t_len, dx, resets)
+            dy = dx.reshape(t_len, self.core.n_in)
+        for i in range(n_enc - 1, -1, -1):
+            layer = self.encoder[i]
+            dx = self.encoder[i - 1].dy_rows(ws[i - 1], t_len) if i > 0 else None
+            calls += layer.backward_calls(bl, ws[i], p, g, inputs[i], dy, t_len, dx, True)
+            if dx is not None:
+                # the next layer down reads this layer's input gradient in the
+                # shape its backward_compiled returns it
+                dy = dx.reshape(t_len, layer.n_in) if layer.kind == "dense" else dx
+        return calls
 
     def _run(self, obs, actions, returns, advantages, state, value_coef, entropy_beta,
              backward, uniform_kl=0.0):
