@@ -115,18 +115,44 @@ def _run(a):
                 spent[key] = spent.get(key, 0.0) + time.perf_counter() - t0
         setattr(cls, meth, timed)
 
+    def wrap_calls(cls):
+        """``backward_calls`` whose kernels are timed as the layer's
+        ``backward_compiled`` (``rollout_grad`` replays these calls; a conv's
+        prepare and backward calls count together, as in ``backward_compiled``)."""
+        f = cls.backward_calls
+
+        def timed_calls(self, *args, **kw):
+            key = (self.name, "backward_compiled")
+
+            def timed_kernel(kern):
+                def run(*a):
+                    t0 = time.perf_counter()
+                    try:
+                        return kern(*a)
+                    finally:
+                        spent[key] = spent.get(key, 0.0) + time.perf_counter() - t0
+                return run
+            return [(timed_kernel(k), a) for k, a in f(self, *args, **kw)]
+        cls.backward_calls = timed_calls
+
     saved = [(cls, meth, vars(cls)[meth]) for cls in (L.Conv2d, L.Dense, L.LSTM, L.Heads)
-             for meth in ("prepare_backward", "backward", "backward_compiled", "forward_loss")
+             for meth in ("prepare_backward", "backward", "backward_compiled", "forward_loss",
+                          "backward_calls")
              if meth in vars(cls)]
     try:
         for cls, meth, _ in saved:
-            wrap(cls, meth)
+            if meth == "backward_calls":
+                wrap_calls(cls)
+            else:
+                wrap(cls, meth)
+        net._bw_calls = {}      # rebuilt through the timed backward_calls
         steps()
         for _ in range(a.repeat):
             backward()
     finally:        # the layer classes as they were (this may run inside a test process)
         for cls, meth, f in saved:
             setattr(cls, meth, f)
+        net._bw_calls = {}
     print("rollout_grad by layer:")
     for (name, meth), sec in sorted(spent.items(), key=lambda kv: -kv[1]):
         print(f"{name + '.' + meth:>28}: {sec / a.repeat * 1e6:8.0f} us")
