@@ -53,16 +53,16 @@ dwarf the timer) and reports the median, min and max.  Rows:
   mean 200 us) in a nogil Numba kernel that ends by reading the CPU's
   time-stamp counter, then take the GIL back and read the counter again".
   The difference is how long that GIL request waited: ~0.1 us when the GIL
-  is free, the rest of the worker's hold plus a thread wake-up (~10-30 us in
-  a VM) when it is not.  Requests that waited more than
+  is free, the rest of the worker's hold plus a thread wake-up (tens of us
+  in a VM) when it is not.  Requests that waited more than
   :data:`GIL_WAIT_THRESHOLD_S` (2 us) arrived while the worker held the
   GIL; with random arrival times their share is the share of time the GIL
   was unavailable (:func:`gil_held_share`), whatever the length of the holds
   and whatever the wake-up costs.  A short nogil call inside a hold (shorter
   than a wake-up) counts as held: a waiting thread cannot use it either.
   ``bench/gil_calibrate.py`` checks it against synthetic workers of known
-  GIL time (bench/RESULTS.md, sixth session of 2026-11-26: holds of 5-50 us
-  read within ~10 %, holds of 0.5-2 us read 1-3 us high).  Where the
+  GIL time (bench/RESULTS.md, sixth session of 2026-11-26: holds of 10-50 us
+  read within ~15 %, holds of 0.3-5 us read 0.3-3 us high).  Where the
   counter cannot be used (not x86-64, or no ``constant_tsc``) the previous
   probe runs instead (:func:`gil_probe`: the summed excess of fixed-length
   cycles, which counts its own jitter and the wake-ups as blocked time and
@@ -172,9 +172,9 @@ def _cpuinfo() -> tuple[str | None, set]:
 
 def blas_note(info) -> str | None:
     """A warning when OpenBLAS runs AVX2 kernels on a CPU with AVX-512 (its
-    GEMMs, the backward's, may then run at half the speed they could: 118
-    against 235 GFLOP/s on the Zen 5 VM of bench/RESULTS.md, sixth session of
-    2026-11-26), else None.  ``info``:
+    GEMMs, the backward's, may then run at half the speed they could: sgemm
+    121 against 216-233 GFLOP/s on the Zen 5 VM of bench/RESULTS.md, sixth
+    session of 2026-11-26), else None.  ``info``:
     :func:`machine_info`'s dict."""
     if "avx512f" not in info.get("cpu_isa", ()):
         return None
