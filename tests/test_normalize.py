@@ -337,6 +337,14 @@ def test_compiled_statistics_match_their_numpy_twins_value_for_value():
         ref = np.empty(20, np.float32)
         np.clip(raw * scale, -10.0, 10.0, out=ref, casting="unsafe")
         np.testing.assert_array_equal(got, ref)
+    odd = np.array([np.nan, np.inf, -np.inf, 7.0, -0.0, 1e300])   # np.clip's NaN and inf
+    got, ref = np.empty(6), np.clip(odd, -5.0, 5.0)
+    clip_into(odd, -5.0, 5.0, got)
+    np.testing.assert_array_equal(got, ref)
+    got32, ref32 = np.empty(6, np.float32), np.empty(6, np.float32)
+    scale_clip_into(odd, 0.5, 10.0, got32)
+    np.clip(odd * 0.5, -10.0, 10.0, out=ref32, casting="unsafe")
+    np.testing.assert_array_equal(got32, ref32)
     mean, m2, sq, finite = _moments(raw)
     assert finite
     assert mean == pytest.approx(raw.mean(), rel=1e-12)
