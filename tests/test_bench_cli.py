@@ -131,6 +131,30 @@ def test_gil_waits_returns_one_wait_per_request():
     assert np.all(np.isfinite(w)) and np.all(w > -1e-6)
 
 
+@pytest.mark.parametrize("counter", [True, False])
+def test_bench_gil_rows_with_either_probe(monkeypatch, counter):
+    """bench_gil on a short CartPole run: three rows from the waits probe, or
+    from the cycles probe where no time-stamp counter can be used (the
+    figures themselves are benchmarks, not checked)."""
+    import math
+
+    pytest.importorskip("gymnasium")
+    if not counter:
+        monkeypatch.setattr(bench, "gil_waits", lambda *a, **k: None)
+    elif bench.gil_waits(0.01) is None:
+        pytest.skip("no usable time-stamp counter on this machine")
+    rows = bench.bench_gil("CartPole-v1", "mlp", 0.6, 0.2)
+    assert [r.name for r in rows] == ["GIL held (1 worker)", "GIL us/step",
+                                      "GIL us/step (probe noise subtracted)"]
+    held = rows[0].extra
+    assert held["estimator"] == ("waits" if counter else "cycles")
+    assert ("waited >2us" in rows[0].notes) == counter
+    assert 0.0 <= held["fraction"] <= 1.0 and held["probe_cycles"] > 0
+    for r in rows[1:]:
+        assert all(math.isfinite(v) and v >= 0 for v in (r.median, r.min, r.max))
+    assert rows[2].median <= rows[1].median + 1e-9
+
+
 def test_bench_rejects_bad_workers():
     with pytest.raises(SystemExit):
         bench.main(["--workers", "0,x"])
