@@ -192,6 +192,21 @@ def blas_note(info) -> str | None:
     return None
 
 
+def blas_kernel_note() -> str | None:
+    """:func:`blas_note` for this process (the CPU's flags, the BLAS libraries
+    ``threadpoolctl`` sees, ``OPENBLAS_CORETYPE``), without the rest of
+    :func:`machine_info`: ``a3c train`` prints it at the start of a run."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:  # pragma: no cover - a dependency
+        return None
+    info = {"cpu_isa": sorted(_cpuinfo()[1]),
+            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
+            "blas": [{k: d.get(k) for k in ("internal_api", "architecture")}
+                     for d in threadpool_info() if d.get("user_api") == "blas"]}
+    return blas_note(info)
+
+
 def machine_info() -> dict:
     """CPU model and vector extensions, core counts, OS, Python / numpy /
     numba versions, BLAS (library, kernel set, ``OPENBLAS_CORETYPE``)."""

@@ -104,6 +104,11 @@ def _run_trainer(trainer, cfg, TrainingError):
                f"{trainer.norm_seconds:.1f} s" if getattr(trainer, "norm_seconds", None) is not None
                else "as trained")
         line += f"\nframes normalized: (x - mean frame) / {norm['std']:.4f}, {how}"
+    from a3c_core.bench import blas_kernel_note
+
+    note = blas_kernel_note()      # OpenBLAS held to AVX2 kernels on an AVX-512 CPU
+    if note:
+        line += f"\nnote: {note}"
     try:
         res = trainer.run(announce=lambda: print(line, flush=True))
     except TrainingError as e:

@@ -98,6 +98,19 @@ def test_blas_note_flags_avx2_kernels_on_an_avx512_cpu():
     assert bench.blas_note({"cpu_isa": []}) is None
 
 
+def test_blas_kernel_note_reads_this_process(monkeypatch):
+    import threadpoolctl
+
+    blas = [{"user_api": "blas", "internal_api": "openblas", "architecture": "Haswell"},
+            {"user_api": "openmp", "internal_api": "openmp"}]
+    monkeypatch.setattr(threadpoolctl, "threadpool_info", lambda: blas)
+    monkeypatch.setattr(bench, "_cpuinfo", lambda: ("cpu", {"avx2", "avx512f"}))
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    assert "OPENBLAS_CORETYPE=Haswell selects them" in bench.blas_kernel_note()
+    monkeypatch.setattr(bench, "_cpuinfo", lambda: ("cpu", {"avx2"}))
+    assert bench.blas_kernel_note() is None
+
+
 def test_machine_info_records_the_blas_kernels():
     info = bench.machine_info()
     assert info["openblas_coretype"] == bench.os.environ.get("OPENBLAS_CORETYPE")
