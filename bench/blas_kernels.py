@@ -45,7 +45,11 @@ def measure(coretype, n, repeat):
     if coretype != "unset":
         env["OPENBLAS_CORETYPE"] = coretype
     out = subprocess.run([sys.executable, "-c", _CHILD, str(n), str(repeat)], env=env,
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        tail = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"OPENBLAS_CORETYPE={coretype}: the measuring process failed "
+                           f"(exit {out.returncode}): {tail}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -61,7 +65,11 @@ def main(argv=None):
     print(f"OPENBLAS_CORETYPE here: {os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
     print(f"{'OPENBLAS_CORETYPE':>20}  {'kernels':>16}  sgemm {a.n}^3 GFLOP/s")
     for ct in [c.strip() for c in a.coretypes.split(",") if c.strip()]:
-        r = measure(ct, a.n, a.repeat)
+        try:
+            r = measure(ct, a.n, a.repeat)
+        except RuntimeError as e:
+            print(f"blas_kernels: {e}", file=sys.stderr)
+            continue
         arch = ",".join(str(x) for x in r["architecture"]) or "(no BLAS found)"
         print(f"{ct:>20}  {arch:>16}  {r['gflops']:8.1f}")
     return 0

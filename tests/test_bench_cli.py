@@ -168,6 +168,29 @@ def test_bench_gil_rows_with_either_probe(monkeypatch, counter):
     assert rows[2].median <= rows[1].median + 1e-9
 
 
+def test_blas_kernels_reports_each_setting(capsys, monkeypatch):
+    """bench/blas_kernels.py: one row per OPENBLAS_CORETYPE value with a
+    positive rate; a failing measurement is named and skipped; bad sizes
+    are refused."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.spec_from_file_location(
+        "blas_kernels", os.path.join(os.path.dirname(__file__), "..", "bench", "blas_kernels.py"))
+    bk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bk)
+    assert bk.main(["--coretypes", "unset,Haswell", "--n", "64", "--repeat", "1"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [r[0] for r in rows] == ["unset", "Haswell"]
+    assert all(float(r[-1]) > 0 for r in rows)
+    monkeypatch.setattr(bk, "_CHILD", "raise SystemExit('no BLAS here')")
+    assert bk.main(["--coretypes", "unset", "--n", "64", "--repeat", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "OPENBLAS_CORETYPE=unset: the measuring process failed (exit 1): no BLAS here" in err
+    with pytest.raises(SystemExit):
+        bk.main(["--n", "0"])
+
+
 def test_bench_rejects_bad_workers():
     with pytest.raises(SystemExit):
         bench.main(["--workers", "0,x"])

@@ -35,10 +35,10 @@ from a3c_core._jit import kernel
 __all__ = ["ReturnNormalizer", "AdvantageNormalizer", "EntropyController", "running_returns"]
 
 
-# The per-rollout statistics below run as compiled nogil kernels: as numpy
-# calls on arrays of ~20 values they cost ~15 us of GIL-held dispatch per
-# update, most of a worker's per-update Python (bench/RESULTS.md, sixth
-# session of 2026-11-26).
+# The per-rollout statistics below run as compiled nogil kernels: as ~15
+# numpy calls on arrays of ~20 values they held the GIL ~10 us per update
+# (bench/gil_budget.py, 7.67 -> 7.16 us per agent step; bench/RESULTS.md,
+# sixth session of 2026-11-26).
 
 
 @kernel(fastmath=False)          # the recurrence exactly as written, no FMA
@@ -96,15 +96,15 @@ def running_returns(rewards, gamma, acc):
 
 
 def _batch(values, who):
-    """float64 1-D view/copy of ``values`` and its ``(n, mean, m2, sumsq)``;
-    ValueError naming ``who`` on NaN or inf."""
+    """``(n, mean, m2, sumsq)`` of ``values`` (as float64); ValueError naming
+    ``who`` on NaN or inf."""
     x = np.asarray(values, dtype=np.float64).ravel()
     if x.size == 0:
-        return x, 0, 0.0, 0.0, 0.0
+        return 0, 0.0, 0.0, 0.0
     mean, m2, sq, finite = _moments(x)
     if not finite:
         raise ValueError(f"{who} contain NaN or inf")
-    return x, x.size, mean, m2, sq
+    return x.size, mean, m2, sq
 
 
 class ReturnNormalizer:
@@ -136,7 +136,7 @@ class ReturnNormalizer:
 
     def update(self, returns) -> float:
         """Merge a batch of discounted returns; returns the new scale."""
-        _, n_b, mean_b, m2_b, _ = _batch(returns, "ReturnNormalizer.update: returns")
+        n_b, mean_b, m2_b, _ = _batch(returns, "ReturnNormalizer.update: returns")
         if n_b == 0:
             return self.scale
         with self._lock:
@@ -209,7 +209,7 @@ class AdvantageNormalizer(ReturnNormalizer):
     def update(self, advantages) -> float:
         if self.horizon is None:
             return super().update(advantages)
-        _, n_b, _, _, sq = _batch(advantages, "AdvantageNormalizer.update: advantages")
+        n_b, _, _, sq = _batch(advantages, "AdvantageNormalizer.update: advantages")
         if n_b == 0:
             return self.scale
         ms_b = sq / n_b

@@ -310,7 +310,6 @@ class Network:
         twin.__dict__.update(self.__dict__)
         twin._setup_buffers(self._params)
         twin._bl = self._bl             # the same backward path as this network
-        twin._bw_calls = {}
         return twin
 
     # ------------------------------------------------------------------ build
@@ -719,40 +718,35 @@ class Network:
         one nogil call (``prep``: the conv layers also prepare their im2col
         rows, which the backward-only update has not done)."""
         ws, p, g, bl = self._ws, self._p, self._g, self._bl
-        if bl is not None and prep:
-            # the backward-only update: every argument is a fixed view of this
-            # network's buffers, so the calls are built once per (T, resets)
-            # and replayed (~5 us of Python per layer otherwise, GIL held)
-            key = (t_len, bool(resets))
-            calls = self._bw_calls.get(key)
-            if calls is None:
-                calls = self._bw_calls[key] = self._backward_calls(inputs, feat, t_len,
-                                                                   resets)
+        if bl is not None:
+            if not prep:        # loss_and_grad: its input rows are the caller's obs
+                calls = self._backward_calls(inputs, feat, t_len, resets, prep)
+            else:
+                # the backward-only update: every argument is a fixed view of
+                # this network's buffers, so the calls are built once per
+                # (T, resets) and replayed (~5 us of Python per layer otherwise,
+                # GIL held)
+                key = (t_len, bool(resets))
+                calls = self._bw_calls.get(key)
+                if calls is None:
+                    calls = self._bw_calls[key] = self._backward_calls(inputs, feat, t_len,
+                                                                       resets, prep)
             for kern, args in calls:
                 kern(*args)
             return
         n_enc = len(self.encoder)
         dy = ws[-1]["dtop"][:t_len]
-        last = self.encoder[-1]
         if self.recurrent:
-            dx = last.dy_rows(ws[n_enc - 1], t_len)
-            if bl is None:
-                dy = self.core.backward(ws[n_enc], p, g, feat, dy, t_len, dx, resets)
-            else:
-                dy = self.core.backward_compiled(bl, ws[n_enc], p, g, feat, dy, t_len, dx,
-                                                 resets)
+            dx = self.encoder[-1].dy_rows(ws[n_enc - 1], t_len)
+            dy = self.core.backward(ws[n_enc], p, g, feat, dy, t_len, dx, resets)
         for i in range(n_enc - 1, -1, -1):
             dx = self.encoder[i - 1].dy_rows(ws[i - 1], t_len) if i > 0 else None
-            if bl is None:
-                dy = self.encoder[i].backward(ws[i], p, g, inputs[i], dy, t_len, dx)
-            else:
-                dy = self.encoder[i].backward_compiled(bl, ws[i], p, g, inputs[i], dy, t_len,
-                                                       dx, prep)
+            dy = self.encoder[i].backward(ws[i], p, g, inputs[i], dy, t_len, dx)
 
-    def _backward_calls(self, inputs, feat, t_len, resets):
-        """The compiled backward-only update as ``[(kernel, args)]`` (what
-        :meth:`_backward` runs with ``prep``), core first, then the encoder
-        from the top."""
+    def _backward_calls(self, inputs, feat, t_len, resets, prep):
+        """The compiled backward as ``[(kernel, args)]``, core first, then the
+        encoder from the top (``prep``: the convs also build their im2col
+        rows, see :meth:`_backward`)."""
         ws, p, g, bl = self._ws, self._p, self._g, self._bl
         n_enc = len(self.encoder)
         calls = []
@@ -764,7 +758,7 @@ class Network:
         for i in range(n_enc - 1, -1, -1):
             layer = self.encoder[i]
             dx = self.encoder[i - 1].dy_rows(ws[i - 1], t_len) if i > 0 else None
-            calls += layer.backward_calls(bl, ws[i], p, g, inputs[i], dy, t_len, dx, True)
+            calls += layer.backward_calls(bl, ws[i], p, g, inputs[i], dy, t_len, dx, prep)
             if dx is not None:
                 # the next layer down reads this layer's input gradient in the
                 # shape its backward_compiled returns it
