@@ -1,6 +1,6 @@
 """GIL-held time per call of each part of a worker's step, by ``a3c bench``'s probe.
 
-    python bench/gil_parts.py [--seconds 3] [--parts env,pipe,step,sample,update6,update20,worker]
+    python bench/gil_parts.py [--seconds 3] [--parts env,pipe,step,sample,update6,update20,worker,doomworker]
 
 Runs one part at a time in a loop on a background thread (one BLAS
 thread) while the main thread runs :func:`a3c_core.bench.gil_waits`: the
@@ -23,7 +23,9 @@ Without a usable time-stamp counter the cycles probe
   with its norm/Adam/sync tail, episode bookkeeping) on a stand-in for
   doom:basic that holds no GIL: ``step`` spins ~250 us in a ``nogil`` kernel
   (about a ViZDoom step here) and returns a fixed 120x160 frame, 40-step
-  episodes.  Its figure plus ``env``'s is what a real worker costs.
+  episodes.  Its figure plus ``env``'s is what a real worker costs;
+* ``doomworker``: the same Worker on doom:basic itself (the trainer's
+  other threads, its logger and monitor, are not running).
 
 Needs a free core for the probe: never run it beside a training run.
 """
@@ -40,7 +42,7 @@ import numpy as np
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=3.0)
-    ap.add_argument("--parts", default="env,pipe,step,sample,update6,update20,worker")
+    ap.add_argument("--parts", default="env,pipe,step,sample,update6,update20,worker,doomworker")
     a = ap.parse_args(argv)
 
     from a3c_core._blas import limit_blas_threads
@@ -100,14 +102,15 @@ def main(argv=None):
                 cnt[0] += 1
         return run
 
-    def loop_worker(stop, cnt):
-        w = _stand_in_worker(pipe)
+    def loop_worker(stop, cnt, real=False):
+        w = _stand_in_worker(pipe, env if real else None)
         while not stop.is_set():
             n, _, _, _ = w.rollout()
             cnt[0] += n
 
     loops = {"env": loop_env, "pipe": loop_pipe, "step": loop_step, "sample": loop_sample,
-             "worker": loop_worker}
+             "worker": loop_worker,
+             "doomworker": lambda stop, cnt: loop_worker(stop, cnt, real=True)}
     parts = [p.strip() for p in a.parts.split(",") if p.strip()]
     for p in parts:
         if p not in loops and not (p.startswith("update") and p[6:].isdigit() and 1 <= int(p[6:]) <= 20):
@@ -190,14 +193,15 @@ class _NoGilEnv:
         return self._frame, -1.0, done, False
 
 
-def _stand_in_worker(pipe):
-    """A Worker with the trainer's default settings for doom:basic on :class:`_NoGilEnv`."""
+def _stand_in_worker(pipe, env=None):
+    """A Worker with the trainer's default settings for doom:basic on ``env``
+    (default: a :class:`_NoGilEnv`)."""
     from a3c_core import core
     from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer
     from a3c_core.nn.network import build_network
     from a3c_core.train.worker import RolloutSettings, ThreadStore, Worker
 
-    env = _NoGilEnv()
+    env = _NoGilEnv() if env is None else env
     net = build_network("doom-lstm", pipe.net_obs_shape, env.n_actions)
     shared = core.SharedState(net.params.copy(), core.Adam(net.n_params, lr=1e-4))
     store = ThreadStore(shared, ReturnNormalizer(0.99), None, AdvantageNormalizer())

@@ -55,6 +55,25 @@ def area_table(int n_in, int n_out):
     return start, weights
 
 
+cdef struct PrepTables:
+    # everything the nogil resize reads: the frame geometry and the tables
+    int H, W, C, Ho, Wo, top, left, Hc, Wc, Kr, Kc
+    float lw[3]
+    const int* rs
+    const float* rw
+    const int* cs
+    const float* cw
+    const float* nmean          # NULL: no normalization
+    float ninv
+
+
+cdef int _prep_entry(void* tables, const unsigned char* src, float* dst) noexcept nogil:
+    """The C entry point :meth:`Preprocessor.c_entry` hands out: one frame
+    through the tables at ``tables`` (a ``PrepTables``); 1, or 0 when the
+    scratch row could not be allocated."""
+    return _prep_run(<const PrepTables*>tables, src, dst)
+
+
 cdef class Preprocessor:
     """Reusable frame preprocessor with cached area-resize tables.
 
@@ -78,6 +97,7 @@ cdef class Preprocessor:
     cdef cnp.ndarray _rs, _rw, _cs, _cw       # int32 / float32 tables
     cdef cnp.ndarray _nmean                   # float32 (Ho*Wo,) mean frame, or None
     cdef float _ninv
+    cdef PrepTables _t                        # the above, as the nogil loop reads them
 
     def __init__(self, in_shape, out_shape=(84, 84), crop=None):
         in_shape = tuple(int(x) for x in in_shape)
@@ -118,6 +138,36 @@ cdef class Preprocessor:
             self.lw[0], self.lw[1], self.lw[2] = LUMA
         else:
             self.lw[0], self.lw[1], self.lw[2] = 1.0, 0.0, 0.0
+        self._nmean = None
+        self._ninv = 1.0
+        self._fill_tables()
+
+    cdef void _fill_tables(self):
+        cdef PrepTables* t = &self._t
+        t.H, t.W, t.C, t.Ho, t.Wo = self.H, self.W, self.C, self.Ho, self.Wo
+        t.top, t.left, t.Hc, t.Wc, t.Kr, t.Kc = (self.top, self.left, self.Hc, self.Wc,
+                                                 self.Kr, self.Kc)
+        t.lw[0], t.lw[1], t.lw[2] = self.lw[0], self.lw[1], self.lw[2]
+        t.rs = <const int*>cnp.PyArray_DATA(self._rs)
+        t.rw = <const float*>cnp.PyArray_DATA(self._rw)
+        t.cs = <const int*>cnp.PyArray_DATA(self._cs)
+        t.cw = <const float*>cnp.PyArray_DATA(self._cw)
+        t.nmean = NULL
+        if self._nmean is not None:
+            t.nmean = <const float*>cnp.PyArray_DATA(self._nmean)
+        t.ninv = self._ninv
+
+    def c_entry(self):
+        """``(fn, tables)``: the address of a C function
+        ``int fn(void* tables, const uint8_t* frame, float* out) nogil`` and of
+        this instance's tables, for compiled callers (the worker's fused act
+        kernel, ``nn.kernels.doom_act_packed``) that preprocess a frame
+        inside their own GIL-free call.  ``frame``: a C-contiguous uint8
+        frame of ``in_shape``; ``out``: ``Ho * Wo`` float32 values; nothing
+        is checked there (check the arrays first, as ``__call__`` does).
+        ``fn`` returns 1, or 0 when its scratch row could not be allocated.
+        Valid while this instance lives and until its next ``set_norm``."""
+        return <size_t><void*>_prep_entry, <size_t><void*>&self._t
 
     def set_norm(self, mean, float inv_std=1.0):
         """Normalize every frame this writes: ``(x - mean) * inv_std``, ``mean``
@@ -126,6 +176,7 @@ cdef class Preprocessor:
         instance is shared by threads."""
         if mean is None:
             self._nmean = None
+            self._fill_tables()
             return
         m = np.ascontiguousarray(mean, np.float32).reshape(-1)
         if m.shape[0] != self.Ho * self.Wo:
@@ -135,6 +186,7 @@ cdef class Preprocessor:
             raise ValueError(f"inv_std must be finite and > 0, got {inv_std}")
         self._nmean = m
         self._ninv = inv_std
+        self._fill_tables()
 
     def spec(self):
         """JSON-able description, enough to rebuild it with :meth:`from_spec`."""
@@ -182,7 +234,7 @@ cdef class Preprocessor:
         cdef float* dst = <float*>cnp.PyArray_DATA(o)
         cdef int ok
         with nogil:
-            ok = self._run(src, dst)
+            ok = _prep_run(&self._t, src, dst)
         if not ok:
             raise MemoryError("preprocess scratch row")
         return o
@@ -196,75 +248,74 @@ cdef class Preprocessor:
                 return False
         return True
 
-    cdef int _run(self, const unsigned char* src, float* dst) noexcept nogil:
-        cdef int Wc = self.Wc, Wo = self.Wo, Kr = self.Kr, Kc = self.Kc, C = self.C
-        cdef Py_ssize_t row_stride = <Py_ssize_t>self.W * C
-        cdef const int* rs = <const int*>cnp.PyArray_DATA(self._rs)
-        cdef const float* rw = <const float*>cnp.PyArray_DATA(self._rw)
-        cdef const int* cs = <const int*>cnp.PyArray_DATA(self._cs)
-        cdef const float* cw = <const float*>cnp.PyArray_DATA(self._cw)
-        cdef const unsigned char* base = src + <Py_ssize_t>self.left * C
-        cdef const unsigned char* row
-        cdef float* tmp = <float*>malloc(<size_t>(Wc if Wc > 0 else 1) * sizeof(float))
-        cdef float* orow
-        cdef const float* cwo
-        cdef const float* tp
-        cdef float w, w0, w1, w2, acc
-        cdef int oy, ox, k, x
-        cdef const float* nmean = NULL
-        cdef const float* nrow
-        cdef float ninv = self._ninv
-        if self._nmean is not None:
-            nmean = <const float*>cnp.PyArray_DATA(self._nmean)
-        if tmp == NULL:
-            return 0
-        for oy in range(self.Ho):
-            # vertical pass: tmp[x] = sum_k rw[oy,k] * src[top+rs[oy]+k, left+x]
-            for k in range(Kr):
-                w = rw[oy * Kr + k]
-                row = base + (self.top + rs[oy] + k) * row_stride
-                if C == 3:
-                    w0 = w * self.lw[0]
-                    w1 = w * self.lw[1]
-                    w2 = w * self.lw[2]
-                    if k == 0:
-                        for x in range(Wc):
-                            tmp[x] = w0 * row[3 * x] + w1 * row[3 * x + 1] + w2 * row[3 * x + 2]
-                    else:
-                        for x in range(Wc):
-                            tmp[x] += w0 * row[3 * x] + w1 * row[3 * x + 1] + w2 * row[3 * x + 2]
+
+cdef int _prep_run(const PrepTables* p, const unsigned char* src, float* dst) noexcept nogil:
+    cdef int Wc = p.Wc, Wo = p.Wo, Kr = p.Kr, Kc = p.Kc, C = p.C
+    cdef Py_ssize_t row_stride = <Py_ssize_t>p.W * C
+    cdef const int* rs = p.rs
+    cdef const float* rw = p.rw
+    cdef const int* cs = p.cs
+    cdef const float* cw = p.cw
+    cdef const unsigned char* base = src + <Py_ssize_t>p.left * C
+    cdef const unsigned char* row
+    cdef float* tmp = <float*>malloc(<size_t>(Wc if Wc > 0 else 1) * sizeof(float))
+    cdef float* orow
+    cdef const float* cwo
+    cdef const float* tp
+    cdef float w, w0, w1, w2, acc
+    cdef int oy, ox, k, x
+    cdef const float* nmean = p.nmean
+    cdef const float* nrow
+    cdef float ninv = p.ninv
+    if tmp == NULL:
+        return 0
+    for oy in range(p.Ho):
+        # vertical pass: tmp[x] = sum_k rw[oy,k] * src[top+rs[oy]+k, left+x]
+        for k in range(Kr):
+            w = rw[oy * Kr + k]
+            row = base + (p.top + rs[oy] + k) * row_stride
+            if C == 3:
+                w0 = w * p.lw[0]
+                w1 = w * p.lw[1]
+                w2 = w * p.lw[2]
+                if k == 0:
+                    for x in range(Wc):
+                        tmp[x] = w0 * row[3 * x] + w1 * row[3 * x + 1] + w2 * row[3 * x + 2]
                 else:
-                    if k == 0:
-                        for x in range(Wc):
-                            tmp[x] = w * row[x]
-                    else:
-                        for x in range(Wc):
-                            tmp[x] += w * row[x]
-            # horizontal pass: out[oy,ox] = sum_k cw[ox,k] * tmp[cs[ox]+k], clamped to 1
-            orow = dst + <Py_ssize_t>oy * Wo
-            if Kc == 2:                     # unrolled common cases (2-3 taps)
-                for ox in range(Wo):
-                    cwo = cw + 2 * ox
-                    tp = tmp + cs[ox]
-                    acc = cwo[0] * tp[0] + cwo[1] * tp[1]
-                    orow[ox] = acc if acc < 1.0 else 1.0
-            elif Kc == 3:
-                for ox in range(Wo):
-                    cwo = cw + 3 * ox
-                    tp = tmp + cs[ox]
-                    acc = cwo[0] * tp[0] + cwo[1] * tp[1] + cwo[2] * tp[2]
-                    orow[ox] = acc if acc < 1.0 else 1.0
+                    for x in range(Wc):
+                        tmp[x] += w0 * row[3 * x] + w1 * row[3 * x + 1] + w2 * row[3 * x + 2]
             else:
-                for ox in range(Wo):
-                    cwo = cw + ox * Kc
-                    tp = tmp + cs[ox]
-                    acc = 0.0
-                    for k in range(Kc):
-                        acc = acc + cwo[k] * tp[k]
-                    orow[ox] = acc if acc < 1.0 else 1.0
-            if nmean != NULL:               # set_norm: the row is still in L1
-                nrow = nmean + <Py_ssize_t>oy * Wo
-                for ox in range(Wo):
-                    orow[ox] = (orow[ox] - nrow[ox]) * ninv
-        free(tmp)
-        return 1
+                if k == 0:
+                    for x in range(Wc):
+                        tmp[x] = w * row[x]
+                else:
+                    for x in range(Wc):
+                        tmp[x] += w * row[x]
+        # horizontal pass: out[oy,ox] = sum_k cw[ox,k] * tmp[cs[ox]+k], clamped to 1
+        orow = dst + <Py_ssize_t>oy * Wo
+        if Kc == 2:                     # unrolled common cases (2-3 taps)
+            for ox in range(Wo):
+                cwo = cw + 2 * ox
+                tp = tmp + cs[ox]
+                acc = cwo[0] * tp[0] + cwo[1] * tp[1]
+                orow[ox] = acc if acc < 1.0 else 1.0
+        elif Kc == 3:
+            for ox in range(Wo):
+                cwo = cw + 3 * ox
+                tp = tmp + cs[ox]
+                acc = cwo[0] * tp[0] + cwo[1] * tp[1] + cwo[2] * tp[2]
+                orow[ox] = acc if acc < 1.0 else 1.0
+        else:
+            for ox in range(Wo):
+                cwo = cw + ox * Kc
+                tp = tmp + cs[ox]
+                acc = 0.0
+                for k in range(Kc):
+                    acc = acc + cwo[k] * tp[k]
+                orow[ox] = acc if acc < 1.0 else 1.0
+        if nmean != NULL:               # set_norm: the row is still in L1
+            nrow = nmean + <Py_ssize_t>oy * Wo
+            for ox in range(Wo):
+                orow[ox] = (orow[ox] - nrow[ox]) * ninv
+    free(tmp)
+    return 1

@@ -48,6 +48,7 @@ from numba.extending import intrinsic, overload, register_jitable
 
 from a3c_core._jit import FASTMATH, kernel
 from a3c_core.nn.blas import gemm
+from a3c_core.sampling import sample_categorical, sample_mixed
 
 ACT_CODES = {"elu": 0, "relu": 1, "identity": 2}
 
@@ -1211,6 +1212,89 @@ def doom_step_rec_packed(t, obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a, 
                  _pv3(params, scratch, meta, 9), _pv(params, scratch, meta, 12), ints[3] != 0,
                  obs__tchw, z1__ro, flat2__tn, fc__tn, hs__th, cs__th)
     return value
+
+
+# -- a worker's whole agent step in one call ----------------------------------
+# Between env steps a worker used to make three calls into compiled code: the
+# frame preprocessing (Cython), the recorded step and the action sampling.
+# Each is a GIL release and re-acquire, and the short ones (the 10 us resize,
+# the sampling) end before a waiting thread wakes up, so for the other threads
+# the GIL stays held through them.  doom_act_packed makes them one GIL-free
+# call; the resize runs through the Cython Preprocessor's C entry point
+# (Preprocessor.c_entry), called by address like the BLAS gemm (nn.blas).
+
+
+@intrinsic
+def _call_frame_fn(typingctx, fn, ctx, src, dst):
+    """``int32 fn(void* ctx, const uint8* src, float* dst)`` at address ``fn``
+    (``Preprocessor.c_entry``); ``src`` uint8 and ``dst`` float32 arrays
+    (their data pointers are passed).  A float64 ``dst`` (a float64
+    network's step, which never preprocesses) compiles to a call that
+    returns 0 without calling anything."""
+    ok = (isinstance(fn, types.Integer) and isinstance(ctx, types.Integer)
+          and isinstance(src, types.Array) and src.dtype == types.uint8
+          and isinstance(dst, types.Array) and dst.dtype in (types.float32, types.float64))
+    if not ok:
+        return None
+    sig = types.int32(fn, ctx, src, dst)
+
+    def codegen(context, builder, sig, args):
+        if sig.args[3].dtype != types.float32:
+            return context.get_constant(types.int32, 0)
+        i8p = llvm_ir.IntType(8).as_pointer()
+        f32p = llvm_ir.FloatType().as_pointer()
+        fnty = llvm_ir.FunctionType(llvm_ir.IntType(32), [i8p, i8p, f32p])
+        at = sig.args
+        fptr = builder.inttoptr(context.cast(builder, args[0], at[0], types.int64),
+                                fnty.as_pointer())
+        cptr = builder.inttoptr(context.cast(builder, args[1], at[1], types.int64), i8p)
+        sptr = builder.bitcast(context.make_array(at[2])(context, builder, args[2]).data, i8p)
+        dptr = context.make_array(at[3])(context, builder, args[3]).data
+        return builder.call(fptr, [cptr, sptr, dptr])
+    return sig, codegen
+
+
+@kernel
+def doom_act_packed(t, raw, prep_fn, prep_ctx, obs__chw, h0__h, c0__h, from_rows, probs__a,
+                    params, scratch, offs1, meta, ints, obs__tchw, z1__ro, flat2__tn, fc__tn,
+                    gates__tg, hs__th, cs__th, u, eps, actions__t, values__t, pg_w__t):
+    """A worker's agent step ``t`` in one GIL-free call: the preprocessing
+    of the raw frame ``raw`` into ``obs`` (when ``prep_fn`` is not 0: the
+    address from ``Preprocessor.c_entry``, ``prep_ctx`` its tables), the
+    recorded step :func:`doom_step_rec_packed` (input state: rows
+    ``hs[t]``/``cs[t]``, the previous step's output, when ``from_rows``,
+    else ``h0``/``c0``; output state ``hs[t+1]``/``cs[t+1]``), and the
+    action's sampling with the uniform ``u`` (:func:`sample_categorical`,
+    or with ``eps > 0`` :func:`sample_mixed`, its weight into ``pg_w[t]``).
+    Writes ``actions[t]`` and ``values[t]``; returns the action, -1 for a
+    non-finite observation (nothing recorded) or -2 when the preprocessing
+    failed (its scratch row could not be allocated)."""
+    if prep_fn != 0:
+        if _call_frame_fn(prep_fn, prep_ctx, raw, obs__chw) == 0:
+            return -2
+    if not _all_finite(obs__chw):
+        return -1
+    if from_rows:
+        h = hs__th[t]
+        c = cs__th[t]
+    else:
+        h = h0__h
+        c = c0__h
+    h_out = hs__th[t + 1]
+    c_out = cs__th[t + 1]
+    value = _doom_packed_forward(obs__chw, h, c, h_out, c_out, probs__a, params,
+                                 scratch, offs1, meta, ints, gates__tg[t])
+    _doom_record(t, obs__chw, h, c, h_out, c_out, _pv3(params, scratch, meta, 5),
+                 _pv3(params, scratch, meta, 9), _pv(params, scratch, meta, 12), ints[3] != 0,
+                 obs__tchw, z1__ro, flat2__tn, fc__tn, hs__th, cs__th)
+    if eps > 0.0:
+        a, w = sample_mixed(probs__a, eps, u)
+        pg_w__t[t] = w
+    else:
+        a = sample_categorical(probs__a, u)
+    actions__t[t] = a
+    values__t[t] = value
+    return a
 
 
 @kernel(inline="always")

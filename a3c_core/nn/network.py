@@ -456,8 +456,7 @@ class Network:
             self._rec_state = new_state
         elif self._fused:
             if self.single_step_kernel:
-                value = K.doom_step_rec_packed(0, obs, h, c, h_out, c_out, probs,
-                                               *self._step_packed, *self._spare_rows())
+                value = self._spare_act(obs, h, c, h_out, c_out, probs)
             else:
                 value = K.doom_step_packed(obs, h, c, h_out, c_out, probs, *self._step_packed)
             if value != value and not K.all_finite(obs):    # NaN value: bad input?
@@ -473,10 +472,27 @@ class Network:
                                       *self._heads_static, probs)
         return probs, value, new_state
 
+    def _spare_act(self, obs, h, c, h_out, c_out, probs):
+        """An unrecorded fused step through the worker's act kernel
+        (:attr:`single_step_kernel`), on one-step rows of its own; returns
+        the value (NaN for a non-finite obs) and writes probs, h_out, c_out."""
+        rows = self._spare_rows()
+        acts, vals, pgw, no_raw = self._spare_av
+        a = K.doom_act_packed(0, no_raw, 0, 0, obs, h, c, False, probs, *self._step_packed,
+                              *rows, 0.5, 0.0, acts, vals, pgw)
+        if a < 0:
+            return np.nan
+        if self.recurrent:
+            h_out[:] = rows[5][1]
+            c_out[:] = rows[6][1]
+        return float(vals[0])
+
     def _spare_rows(self):
         """One-step rows of its own for an unrecorded fused step that runs the
         recording kernel (:attr:`single_step_kernel`); never the rollout's."""
         if self._spare_static is None:
+            self._spare_av = (np.zeros(1, np.int64), np.zeros(1, self._dtype),
+                              np.ones(1, np.float32), np.zeros(1, np.uint8))
             dt = self._dtype
             ws1, ws2, wsd = (L.workspace(1, dt) for L in self.encoder)
             if self.recurrent:
@@ -533,6 +549,35 @@ class Network:
                                       *self._heads_static, probs)
         self._rec_t = t + 1
         return value
+
+    # ----------------------------------------------------- fused agent step
+    def actor(self, pipeline, actions, values, pg_weights=None, eps=0.0):
+        """A :class:`Actor` for a worker: each agent step (the frame's
+        preprocessing, the recorded step, the sampling) in one compiled
+        GIL-free call (``kernels.doom_act_packed``), or None where this
+        network or ``pipeline`` has no such call: a step that is not the
+        fused doom step, a float64 network, or a pipeline that is not an
+        image pipeline writing this network's input shape.  ``actions``
+        (int64), ``values`` (float32) and ``pg_weights`` (float32, with
+        ``eps > 0``: the mixture sampler's weights) are the worker's rollout
+        arrays the steps write into."""
+        if not self._fused or self._dtype != np.float32:
+            return None
+        if pipeline is not None:        # None: an Actor for preprocessed inputs only
+            prep = getattr(pipeline, "_prep", None)
+            if (prep is None or not hasattr(prep, "c_entry")
+                    or tuple(pipeline.net_obs_shape) != self.obs_shape):
+                return None
+        return Actor(self, pipeline, actions, values, pg_weights, eps)
+
+    def recorded_state(self):
+        """The state the last recorded step returned, as new arrays ``(h, c)``
+        (None for a feed-forward network or before any recorded step)."""
+        t = self._rec_t
+        if not self.recurrent or t < 1:
+            return None
+        cws = self._ws[len(self.encoder)]
+        return cws["hs"][t].copy(), cws["cs"][t].copy()
 
     def _mark_reset(self, t):
         """Flag row ``t`` as a reset step: move the input state the kernel
@@ -830,6 +875,96 @@ class Network:
             return None
         cws = self._ws[len(self.encoder)]
         return cws["dh0"], cws["dc0"]
+
+
+class Actor:
+    """One worker's agent steps, each in one compiled call (see
+    :meth:`Network.actor`): ``a = actor(t, obs, u, raw=frame, state=...)``.
+
+    Records rollout row ``t`` of the network's current recording (after
+    :meth:`Network.begin_rollout`; ``t`` must be the next row) exactly as
+    ``step(obs, state, record=True)`` does, samples the action with the
+    uniform ``u`` as ``sample_categorical(probs, u)`` (``sample_mixed`` with
+    ``eps > 0``), and writes ``actions[t]``, ``values[t]`` (and
+    ``pg_weights[t]``).  ``raw``: a raw frame to preprocess into ``obs``
+    first (the pipeline's preprocessing; None: ``obs`` already holds the
+    input).  ``state``: the input state at ``t == 0``; at ``t > 0`` None
+    continues from the previous row, and a state (``initial_state()`` at an
+    episode boundary) starts a new segment, as a recorded ``step`` given a
+    state that is not the previous step's output.  The probabilities are
+    in :attr:`probs` afterwards.  Raises the pipeline's ObservationError for
+    a frame of the wrong type, dtype or shape and ValueError for a
+    non-finite observation, before anything is recorded.
+    """
+
+    def __init__(self, net, pipeline, actions, values, pg_weights, eps):
+        if not (isinstance(actions, np.ndarray) and actions.dtype == np.int64
+                and isinstance(values, np.ndarray) and values.dtype == np.float32):
+            raise TypeError("Actor: actions must be an int64 array and values a float32 array")
+        if pg_weights is None:
+            pg_weights = np.ones(len(actions), np.float32)
+        if not (isinstance(pg_weights, np.ndarray) and pg_weights.dtype == np.float32):
+            raise TypeError("Actor: pg_weights must be a float32 array")
+        self.net = net
+        self.pipeline = pipeline
+        self.actions, self.values, self.pg_weights = actions, values, pg_weights
+        self.eps = float(eps)
+        self.probs = np.zeros(net.n_actions, np.float32)
+        self._fn, self._ctx = pipeline._prep.c_entry() if pipeline is not None else (0, 0)
+        self._raw_shape = tuple(pipeline.raw_shape) if pipeline is not None else None
+        self._no_raw = np.zeros(1, np.uint8)
+        self._zero_h = np.zeros(max(net.lstm_size, 1), np.float32)
+
+    def __call__(self, t, obs, u, raw=None, state=None):
+        net = self.net
+        if t != net._rec_t or t >= len(self.actions):
+            net._record_slot()           # no recording, or a full one: its error
+            raise RuntimeError(f"Actor: step {t} is not the next rollout row "
+                               f"({net.recorded_steps} recorded, {len(self.actions)} at most)")
+        if not (type(obs) is np.ndarray and obs.dtype == np.float32
+                and obs.shape == net.obs_shape and obs.flags.c_contiguous):
+            raise ValueError(f"Actor: obs must be a C-contiguous float32 array of shape "
+                             f"{net.obs_shape}")
+        fn = self._fn
+        if raw is None:
+            raw, fn = self._no_raw, 0
+        elif fn == 0:
+            raise ValueError("Actor: no pipeline to preprocess raw frames with")
+        elif (type(raw) is np.ndarray and raw.dtype == np.uint8 and raw.shape == self._raw_shape
+              and raw.flags.c_contiguous):
+            raw = raw.reshape(-1)          # one compiled signature for any frame layout
+        else:
+            self.pipeline(raw, obs)        # its checks (ObservationError) and conversions
+            raw, fn = self._no_raw, 0
+        reset = False
+        if not net.recurrent:
+            h = c = net._dummy_h
+            from_rows = False
+        elif state is None:
+            if t == 0:
+                raise ValueError("Actor: the rollout's first step needs its input state")
+            h = c = self._zero_h
+            from_rows = True
+        else:
+            h, c = net._state_arrays(state)
+            from_rows = False
+            if t > 0:                  # a new segment: keep row t's output (_mark_reset)
+                reset = True
+                cws = net._ws[len(net.encoder)]
+                cws["tmp"][0] = cws["hs"][t]
+                cws["tmp"][1] = cws["cs"][t]
+        a = K.doom_act_packed(t, raw, fn, self._ctx, obs, h, c, from_rows, self.probs,
+                              *net._step_packed, *net._rec_static, u, self.eps, self.actions,
+                              self.values, self.pg_weights)
+        if a < 0:
+            if a == -2:
+                raise MemoryError("preprocess scratch row")
+            raise _bad_obs()
+        if reset:
+            net._mark_reset(t)
+        net._rec_t = t + 1
+        net._rec_state = None
+        return a
 
 
 def _bad_obs():

@@ -230,7 +230,8 @@ class Worker:
         offset: start index of this worker's optimizer sweep (see core.optim).
     """
 
-    def __init__(self, wid, env, net, pipeline, store, settings, rng, *, offset=0):
+    def __init__(self, wid, env, net, pipeline, store, settings, rng, *, offset=0,
+                 fused_act=True):
         self.wid = wid
         self.env = env
         self.net = net
@@ -250,6 +251,11 @@ class Worker:
         self._clip_buf = np.zeros(T, np.float64)       # raw rewards clipped to reward_clip
         self.values = np.zeros(T, np.float32)
         self.pg_weights = np.ones(T, np.float32)   # policy_epsilon's w per step
+        #: each agent step in one compiled call (preprocess, recorded step,
+        #: sampling: Network.actor), or None (that network or pipeline has none)
+        self.actor = (net.actor(pipeline, self.actions, self.values, self.pg_weights,
+                                settings.policy_epsilon)
+                      if fused_act and hasattr(net, "actor") else None)
         self._beta = None      # the entropy floor's coefficient for the next update
         self.state = None
         self.ep_return = 0.0
@@ -333,20 +339,36 @@ class Worker:
         eps = s.policy_epsilon
         pg_w = self.pg_weights
         net.begin_rollout(s.t_max)
-        for t in range(s.t_max):
-            probs, v, state = net.step(obs_buf[t], state, record=True)
-            if eps:
-                a, pg_w[t] = sample_mixed(probs, eps, u[t])
-            else:
-                a = sample_categorical(probs, u[t])
-            obs, r, term, trunc = env.step(a)
-            actions[t] = a
-            raw[t] = r
-            values[t] = v
-            pipe(obs, obs_buf[t + 1])
-            if term or trunc:
-                n = t + 1
-                break
+        act = self.actor
+        if act is not None:
+            # one compiled call per step: the previous step's frame goes in raw
+            # (preprocessed into obs_buf[t] there), the action comes out
+            frame = None
+            for t in range(s.t_max):
+                a = act(t, obs_buf[t], u[t], frame, state if t == 0 else None)
+                frame, r, term, trunc = env.step(a)
+                raw[t] = r
+                if term or trunc:
+                    n = t + 1
+                    break
+            state = net.recorded_state()
+            if not term:     # the bootstrap's (or the next rollout's) observation
+                pipe(frame, obs_buf[n])
+        else:
+            for t in range(s.t_max):
+                probs, v, state = net.step(obs_buf[t], state, record=True)
+                if eps:
+                    a, pg_w[t] = sample_mixed(probs, eps, u[t])
+                else:
+                    a = sample_categorical(probs, u[t])
+                obs, r, term, trunc = env.step(a)
+                actions[t] = a
+                raw[t] = r
+                values[t] = v
+                pipe(obs, obs_buf[t + 1])
+                if term or trunc:
+                    n = t + 1
+                    break
         self.state = state
         self.ep_return += float(raw[:n].sum())
         self.ep_length += n
@@ -402,32 +424,48 @@ class Worker:
         eps = s.policy_epsilon
         pg_w = self.pg_weights
         net.begin_rollout(T)
+        act = self.actor
+        frame = None            # (fused act) the frame obs_buf[t] still waits for
+        given = state           # (fused act) the state a step starts from, None: the last row's
         for t in range(T):
-            probs, v, state = net.step(obs_buf[t], state, record=True)
-            if eps:
-                a, pg_w[t] = sample_mixed(probs, eps, u[t])
+            if act is not None:
+                a = act(t, obs_buf[t], u[t], frame, given)
+                given = None
             else:
-                a = sample_categorical(probs, u[t])
+                probs, v, state = net.step(obs_buf[t], state, record=True)
+                if eps:
+                    a, pg_w[t] = sample_mixed(probs, eps, u[t])
+                else:
+                    a = sample_categorical(probs, u[t])
+                actions[t] = a
+                values[t] = v
             obs, r, term, trunc = env.step(a)
-            actions[t] = a
             raw[t] = r
-            values[t] = v
             self.ep_return += float(r)
             self.ep_length += 1
             if term or trunc:
                 boot = 0.0
                 if trunc and not term and s.bootstrap_truncated:
                     pipe(obs, obs_buf[t + 1])
+                    if act is not None:
+                        state = net.recorded_state()
                     _, boot, _ = net.step(obs_buf[t + 1], state)
                 segs.append((start, t + 1, float(boot), True))
                 start = t + 1
                 self._end_of_life(slot=t + 1)      # next episode: obs_buf[t + 1], new state
-                state = self.state
+                state = given = self.state
+                frame = None
                 if t + 1 >= k_min:
                     n = t + 1
                     break
+            elif act is not None:
+                frame = obs
             else:
                 pipe(obs, obs_buf[t + 1])
+        if act is not None and start < n:
+            if frame is not None:
+                pipe(frame, obs_buf[n])
+            state = net.recorded_state()
         if start < n:
             _, boot, _ = net.step(obs_buf[n], state)
             segs.append((start, n, float(boot), False))
@@ -592,6 +630,9 @@ def warm_up_network(net, cross_episode=False, parallel=None, mixed=False):
         if helper is not None:
             helper.wait()
         zeros = np.zeros(3, np.float32)
+        # a worker records its steps through the network's Actor where it has one
+        acts = np.zeros(3, np.int64)
+        act = net.actor(None, acts, zeros.copy()) if hasattr(net, "actor") else None
         resets = (False, True) if cross_episode and net.recurrent else (False,)
         for reset in resets:
             net.begin_rollout(3)
@@ -599,8 +640,11 @@ def warm_up_network(net, cross_episode=False, parallel=None, mixed=False):
             for t in range(3):
                 if reset and t == 2:
                     s = net.initial_state()
-                _, _, s = net.step(obs[t], s, record=True)
-            net.rollout_grad(np.zeros(3, np.int64), zeros, zeros)
+                if act is not None:
+                    act(t, obs[t], 0.5, None, s if t == 0 or (reset and t == 2) else None)
+                else:
+                    _, _, s = net.step(obs[t], s, record=True)
+            net.rollout_grad(acts, zeros, zeros)
             safe_point()
     finally:
         if helper is not None:
