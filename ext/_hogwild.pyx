@@ -275,7 +275,7 @@ def rmsprop_apply(params, grads, square_avg, double lr, double alpha, double eps
 
 def adam_apply(params, grads, exp_avg, exp_avg_sq, double lr, double beta1,
                double beta2, double eps, long long step, double grad_scale=1.0, out=None,
-               max_exp_avg_sq=None):
+               max_exp_avg_sq=None, Py_ssize_t offset=0):
     """Adam step in place with bias correction for the given (shared) step >= 1.
 
     d = grad_scale*g; m <- b1*m + (1-b1)*d; v <- b2*v + (1-b2)*d*d;
@@ -283,6 +283,8 @@ def adam_apply(params, grads, exp_avg, exp_avg_sq, double lr, double beta1,
     ``out`` (optional): also receives the new params in the same sweep.
     ``max_exp_avg_sq`` (optional): AMSGrad; vmax <- max(vmax, v) and the step
     divides by sqrt(vmax/(1-b2^t)) + eps instead.
+    ``offset`` (in [0, n)): the sweep starts at that element and wraps to the
+    start (the same values; staggered workers contend less, core.optim).
     """
     cdef Py_ssize_t n = _check_f32(params, "params", True)
     _check_f32(grads, "grads", False, n)
@@ -296,6 +298,8 @@ def adam_apply(params, grads, exp_avg, exp_avg_sq, double lr, double beta1,
     _check_disjoint(exp_avg, "exp_avg", exp_avg_sq, "exp_avg_sq")
     if step < 1:
         raise ValueError(f"step must be >= 1, got {step}")
+    if offset < 0 or (offset >= n and n > 0):
+        raise ValueError(f"offset must be in [0, {n}), got {offset}")
     cdef float* pw = NULL
     if max_exp_avg_sq is not None:
         _check_f32(max_exp_avg_sq, "max_exp_avg_sq", True, n)
@@ -316,12 +320,18 @@ def adam_apply(params, grads, exp_avg, exp_avg_sq, double lr, double beta1,
     cdef float flr = <float>lr, fb1 = <float>beta1, f1b1 = <float>(1.0 - beta1)
     cdef float fb2 = <float>beta2, f1b2 = <float>(1.0 - beta2)
     cdef float feps = <float>eps, fgs = <float>grad_scale
+    cdef Py_ssize_t k = offset, lo, hi, part
     with nogil:
-        if pw == NULL:
-            a3c_adam(pp, pg, pm, pv, n, flr, fb1, f1b1, fb2, f1b2, bc1, bc2, feps, fgs, po)
-        else:
-            a3c_adam_ams(pp, pg, pm, pv, pw, n, flr, fb1, f1b1, fb2, f1b2, bc1, bc2, feps,
-                         fgs, po)
+        for part in range(2 if k > 0 else 1):
+            lo = k if part == 0 else 0
+            hi = n if part == 0 else k
+            if pw == NULL:
+                a3c_adam(pp + lo, pg + lo, pm + lo, pv + lo, hi - lo, flr, fb1, f1b1, fb2,
+                         f1b2, bc1, bc2, feps, fgs, NULL if po == NULL else po + lo)
+            else:
+                a3c_adam_ams(pp + lo, pg + lo, pm + lo, pv + lo, pw + lo, hi - lo, flr, fb1,
+                             f1b1, fb2, f1b2, bc1, bc2, feps, fgs,
+                             NULL if po == NULL else po + lo)
 
 
 def sgd_apply(params, grads, double lr, double grad_scale=1.0, out=None):

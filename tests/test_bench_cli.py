@@ -581,12 +581,14 @@ def test_gil_budget_records_kernels_and_restores_modules(capsys):
     total, parts = gb.kernel_compute_us(w, rollouts=3, target_s=0.001)
     assert {(m.__name__, k): v for m in (K, W) for k, v in vars(m).items()
             if isinstance(v, Dispatcher)} == before
-    assert "doom_step_rec_packed" in parts and "sample_categorical" in parts
+    # the worker's fused act (preprocessing, recorded step and sampling in one call)
+    assert "doom_act_packed" in parts and "sample_categorical" not in parts
     if w.net.compiled_backward:
-        assert {"conv_backward", "dense_backward", "lstm_backward"} <= set(parts)
+        assert {"conv_backward", "dense_backward", "lstm_backward", "heads_loss"} <= set(parts)
         w.rollout()   # the network's kept backward calls hold the kernels again, not wrappers
         assert w.net._bw_calls and all(isinstance(k, Dispatcher)
-                                       for calls in w.net._bw_calls.values() for k, _ in calls)
+                                       for _, _, calls in w.net._bw_calls.values()
+                                       for k, _ in calls)
     assert all(math.isfinite(v) and v >= 0 for v in parts.values())
     assert total == pytest.approx(sum(parts.values()))
     assert gb.main(["--seconds", "0.05", "--repeats", "1", "--episode", "5"]) == 0

@@ -651,3 +651,34 @@ def test_shared_state_apply_sync_to():
     _, applied = s.apply(bad, max_grad_norm=1.0, sync_to=local)
     assert not applied
     np.testing.assert_array_equal(local, keep)
+
+
+@pytest.mark.parametrize("amsgrad", [False, True])
+@pytest.mark.parametrize("offset", [0, 1, 250, 999])
+def test_adam_kernel_offset_sweep_is_the_plain_sweep(amsgrad, offset):
+    """_hogwild.adam_apply(..., offset=k): one call that sweeps [k, n) then
+    [0, k), bit for bit the sweep from 0 (out= too); an offset outside [0, n)
+    is refused before anything is written."""
+    from a3c_core import _hogwild
+
+    rng = np.random.default_rng(offset)
+    n = 1000
+    arrs = [rng.standard_normal(n).astype(np.float32) for _ in range(2)]
+    m0 = rng.standard_normal(n).astype(np.float32)
+    v0 = rng.random(n).astype(np.float32)
+    runs = []
+    for k in (0, offset):
+        p, g = arrs[0].copy(), arrs[1]
+        m, v, w, out = m0.copy(), v0.copy(), v0.copy(), np.zeros(n, np.float32)
+        _hogwild.adam_apply(p, g, m, v, 1e-3, 0.9, 0.999, 1e-8, 3, 0.5, out,
+                            w if amsgrad else None, k)
+        runs.append((p, m, v, w, out))
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(runs[1][0], runs[1][4])
+    p = arrs[0].copy()
+    for bad in (-1, n):
+        with pytest.raises(ValueError, match="offset"):
+            _hogwild.adam_apply(p, arrs[1], m0.copy(), v0.copy(), 1e-3, 0.9, 0.999, 1e-8, 3,
+                                offset=bad)
+    np.testing.assert_array_equal(p, arrs[0])

@@ -128,11 +128,17 @@ class Optimizer:
         Any argument that is not a 1-D array of ``n_params`` elements gets one
         unsplit slice, so the kernel sees (and rejects) the whole bad array.
         """
-        n = self.n_params
-        if not all(isinstance(a, np.ndarray) and a.ndim == 1 and a.shape[0] == n for a in arrays):
-            offset = 0
-        offset = int(offset) % n
+        offset = self._offset(offset, *arrays)
         return (slice(None),) if offset == 0 else (slice(offset, None), slice(0, offset))
+
+    def _offset(self, offset, *arrays):
+        """``offset`` modulo ``n_params``; 0 when an argument is not a 1-D
+        array of ``n_params`` elements (the kernel then rejects it whole)."""
+        n = self.n_params
+        for a in arrays:
+            if not (isinstance(a, np.ndarray) and a.ndim == 1 and a.shape[0] == n):
+                return 0
+        return int(offset) % n
 
     #: > 0: the learning rate decays linearly to ``lr * anneal_floor`` at this
     #: global step, and stays there
@@ -320,10 +326,10 @@ class Adam(Optimizer):
             # a bad argument is rejected by the first call, before anything is
             # written: the spans only split arrays already checked 1-D of n_params
             w = self.max_exp_avg_sq if self.amsgrad else None
-            for sl in self._spans(offset, params, grads, *_opt(out)):
-                _hogwild.adam_apply(params[sl], grads[sl], m[sl], v[sl], lr,
-                                    self.beta1, self.beta2, self.eps, t, grad_scale,
-                                    _sl(out, sl), _sl(w, sl))
+            # one call: the kernel sweeps from the offset and wraps itself
+            _hogwild.adam_apply(params, grads, m, v, lr, self.beta1, self.beta2, self.eps, t,
+                                grad_scale, out, w,
+                                self._offset(offset, params, grads, *_opt(out)))
         except (TypeError, ValueError):
             with self._lock:       # rejected before anything was written
                 self.step -= 1

@@ -521,12 +521,22 @@ class Heads:
                      entropy_beta, t_len, uniform_kl=0.0):
         """Heads + A3C loss + their backward in one kernel: probs/values rows,
         ``ws['dtop']`` and the head gradients written.  Returns the stats dict."""
-        pl, vl, ent, kl = K.heads_loss(
-            top, p["policy.weight"], p["policy.bias"], p["value.weight"], p["value.bias"],
-            actions, returns, advantages, float(value_coef), float(entropy_beta),
-            float(uniform_kl),
-            ws["probs"][:t_len], ws["values"][:t_len], ws["dtop"][:t_len],
-            g["policy.weight"], g["policy.bias"], g["value.weight"], g["value.bias"])
+        pre, post = self.loss_args(ws, p, g, top, t_len)
+        out = K.heads_loss(*pre, actions, returns, advantages, float(value_coef),
+                           float(entropy_beta), float(uniform_kl), *post)
+        return self.loss_stats(out, value_coef, entropy_beta, uniform_kl)
+
+    def loss_args(self, ws, p, g, top, t_len):
+        """``heads_loss``'s arguments before the targets and after the
+        coefficients, as two tuples (fixed views: a caller may keep them)."""
+        return ((top, p["policy.weight"], p["policy.bias"], p["value.weight"], p["value.bias"]),
+                (ws["probs"][:t_len], ws["values"][:t_len], ws["dtop"][:t_len],
+                 g["policy.weight"], g["policy.bias"], g["value.weight"], g["value.bias"]))
+
+    @staticmethod
+    def loss_stats(out, value_coef, entropy_beta, uniform_kl):
+        """``heads_loss``'s ``(pl, vl, ent, kl)`` -> the stats dict."""
+        pl, vl, ent, kl = out
         return {"policy_loss": float(pl), "value_loss": float(vl), "entropy": float(ent),
                 "uniform_kl": float(kl),
                 "loss": float(pl + value_coef * vl - entropy_beta * ent + uniform_kl * kl)}

@@ -278,7 +278,7 @@ class Network:
         self._rec_state = None    # the state the last recorded step returned
         # (gemm addresses, ints): the backward runs one nogil call per layer
         self._bl = blas.gemm_handle()
-        self._bw_calls = {}       # (T, resets) -> the backward-only update's kernel calls
+        self._bw_calls = {}       # (T, resets) -> the backward-only update's plan (_rollout_plan)
 
     @property
     def compiled_backward(self) -> bool:
@@ -703,23 +703,51 @@ class Network:
             raise RuntimeError("rollout_grad: no recorded steps; call begin_rollout() and "
                                "step(obs, state, record=True) for each step first")
         actions, returns, advantages = self._check_targets(actions, returns, advantages, t_len)
+        self._last_t = t_len
+        compiled = self._bl is not None
+        if compiled:
+            # every argument but the targets is a fixed view of this network's
+            # buffers: the heads' arguments and the backward's calls are built
+            # once per (T, resets) and replayed (the Python that builds them
+            # runs with the GIL held, on caches the kernels have just evicted)
+            key = (t_len, self._rec_resets > 0)
+            plan = self._bw_calls.get(key)
+            if plan is None:
+                plan = self._bw_calls[key] = self._rollout_plan(t_len, key[1])
+            pre, post, calls = plan
+            out = K.heads_loss(*pre, actions, returns, advantages, float(value_coef),
+                               float(entropy_beta), float(uniform_kl), *post)
+            for kern, args in calls:
+                kern(*args)
+            return self.heads.loss_stats(out, value_coef, entropy_beta, uniform_kl)
+        inputs, feat, top = self._recorded_rows(t_len, prepare=True)
+        stats = self.heads.forward_loss(self._ws[-1], self._p, self._g, top, actions, returns,
+                                        advantages, value_coef, entropy_beta, t_len, uniform_kl)
+        self._backward(inputs, feat, t_len, resets=self._rec_resets > 0)
+        return stats
+
+    def _recorded_rows(self, t_len, prepare=False):
+        """``(inputs per encoder layer, feat, top)``: views of the recorded
+        rows (``prepare``: the numpy backward's per-layer preparation too)."""
         ws, p = self._ws, self._p
-        n_enc = len(self.encoder)
         x = self._obs_rows[:t_len]
         inputs = []
-        compiled = self._bl is not None
         for layer, lws in zip(self.encoder, ws):
             inputs.append(x)
-            if not compiled:      # the compiled backward prepares inside its call
+            if prepare:
                 layer.prepare_backward(lws, p, x, t_len)
             x = layer.out_rows(lws, t_len)
-        feat = x
-        top = ws[n_enc]["hs"][1:t_len + 1] if self.recurrent else feat
-        self._last_t = t_len
-        stats = self.heads.forward_loss(ws[-1], p, self._g, top, actions, returns, advantages,
-                                        value_coef, entropy_beta, t_len, uniform_kl)
-        self._backward(inputs, feat, t_len, resets=self._rec_resets > 0, prep=True)
-        return stats
+        top = ws[len(self.encoder)]["hs"][1:t_len + 1] if self.recurrent else x
+        return inputs, x, top
+
+    def _rollout_plan(self, t_len, resets):
+        """The backward-only update's fixed part for ``t_len`` recorded rows:
+        ``(heads_loss arguments before the targets, after the coefficients,
+        [(kernel, args)] of the compiled backward)``, the convs preparing
+        their im2col rows inside their calls."""
+        inputs, feat, top = self._recorded_rows(t_len)
+        pre, post = self.heads.loss_args(self._ws[-1], self._p, self._g, top, t_len)
+        return pre, post, self._backward_calls(inputs, feat, t_len, resets, True)
 
     def _check_obs(self, obs):
         obs = np.asarray(obs)
@@ -731,13 +759,24 @@ class Network:
         return obs, t_len
 
     def _check_targets(self, actions, returns, advantages, t_len):
+        # arrays already of the right kind (a worker's) pass without a copy or
+        # a numpy reduction: this runs with the GIL held between the kernels
         dt = self._dtype
-        actions = np.ascontiguousarray(actions, dtype=np.int64)
-        if actions.shape != (t_len,) or actions.min() < 0 or actions.max() >= self.n_actions:
+        if not (type(actions) is np.ndarray and actions.dtype == np.int64
+                and actions.flags.c_contiguous):
+            actions = np.ascontiguousarray(actions, dtype=np.int64)
+        if actions.shape != (t_len,):
+            raise ValueError(f"actions must be {t_len} ints in [0, {self.n_actions})")
+        acts = actions.tolist()
+        if min(acts) < 0 or max(acts) >= self.n_actions:
             raise ValueError(f"actions must be {t_len} ints in [0, {self.n_actions})")
         try:
-            returns = np.ascontiguousarray(returns, dtype=dt).reshape(t_len)
-            advantages = np.ascontiguousarray(advantages, dtype=dt).reshape(t_len)
+            if not (type(returns) is np.ndarray and returns.dtype == dt
+                    and returns.shape == (t_len,) and returns.flags.c_contiguous):
+                returns = np.ascontiguousarray(returns, dtype=dt).reshape(t_len)
+            if not (type(advantages) is np.ndarray and advantages.dtype == dt
+                    and advantages.shape == (t_len,) and advantages.flags.c_contiguous):
+                advantages = np.ascontiguousarray(advantages, dtype=dt).reshape(t_len)
         except ValueError:
             raise ValueError(f"returns and advantages must have {t_len} values "
                              f"(one per rollout step)") from None
@@ -764,19 +803,7 @@ class Network:
         rows, which the backward-only update has not done)."""
         ws, p, g, bl = self._ws, self._p, self._g, self._bl
         if bl is not None:
-            if not prep:        # loss_and_grad: its input rows are the caller's obs
-                calls = self._backward_calls(inputs, feat, t_len, resets, prep)
-            else:
-                # the backward-only update: every argument is a fixed view of
-                # this network's buffers, so the calls are built once per
-                # (T, resets) and replayed (~5 us of Python per layer otherwise,
-                # GIL held)
-                key = (t_len, bool(resets))
-                calls = self._bw_calls.get(key)
-                if calls is None:
-                    calls = self._bw_calls[key] = self._backward_calls(inputs, feat, t_len,
-                                                                       resets, prep)
-            for kern, args in calls:
+            for kern, args in self._backward_calls(inputs, feat, t_len, resets, prep):
                 kern(*args)
             return
         n_enc = len(self.encoder)
