@@ -214,3 +214,38 @@ def test_worker_with_the_fused_step_trains_bit_for_bit_as_before(settings):
     np.testing.assert_array_equal(p_new, p_old)
     np.testing.assert_array_equal(st_new[0], st_old[0])
     np.testing.assert_array_equal(st_new[1], st_old[1])
+
+
+def test_actor_value_is_the_unrecorded_steps_value_and_preprocesses_its_frame():
+    pipe = _pipe()
+    net = _net()
+    acts, vals = np.zeros(2, np.int64), np.zeros(2, np.float32)
+    act = net.actor(pipe, acts, vals)
+    frame = _frames(1, seed=4)[0]
+    rng = np.random.default_rng(4)
+    state = tuple(rng.standard_normal(256).astype(np.float32) for _ in range(2))
+    ref_obs = pipe(frame, np.zeros(OBS, np.float32))
+    _, v_ref, _ = _net().step(ref_obs, state)
+    obs = np.zeros(OBS, np.float32)
+    assert act.value(obs, state, frame) == v_ref
+    np.testing.assert_array_equal(obs, ref_obs)
+    assert act.value(obs, state) == v_ref            # no frame: obs as it is
+    assert net.recorded_steps == 0
+    with pytest.raises(ObservationError):
+        act.value(obs, state, frame.astype(np.int16))
+
+
+def test_worker_uniforms_are_one_rng_stream_in_blocks():
+    """The sampler's uniforms: rollout k gets values k*t_max ... of one
+    stream, across the block refills, as one rng.random(t_max) per rollout."""
+    env = FrameEnv()
+    pipe = ObsPipeline(env.preprocess_spec, env.obs_shape)
+    net = _net()
+    shared = SharedState(net.params.copy(), make_optimizer("adam", net.n_params))
+    w = Worker(0, env, net, pipe, ThreadStore(shared), RolloutSettings(t_max=7),
+               np.random.default_rng(9))
+    ref = np.random.default_rng(9)
+    for _ in range(Worker.UNIFORM_BLOCK * 2 + 3):
+        np.testing.assert_array_equal(w._uniforms(), ref.random(7))
+    w.rng = np.random.default_rng(10)              # a new rng: its own stream from the start
+    np.testing.assert_array_equal(w._uniforms(), np.random.default_rng(10).random(7))

@@ -937,6 +937,7 @@ class Actor:
         self.actions, self.values, self.pg_weights = actions, values, pg_weights
         self.eps = float(eps)
         self.probs = np.zeros(net.n_actions, np.float32)
+        self._spare_probs = np.zeros(net.n_actions, np.float32)
         self._fn, self._ctx = pipeline._prep.c_entry() if pipeline is not None else (0, 0)
         self._raw_shape = tuple(pipeline.raw_shape) if pipeline is not None else None
         self._no_raw = np.zeros(1, np.uint8)
@@ -952,17 +953,7 @@ class Actor:
                 and obs.shape == net.obs_shape and obs.flags.c_contiguous):
             raise ValueError(f"Actor: obs must be a C-contiguous float32 array of shape "
                              f"{net.obs_shape}")
-        fn = self._fn
-        if raw is None:
-            raw, fn = self._no_raw, 0
-        elif fn == 0:
-            raise ValueError("Actor: no pipeline to preprocess raw frames with")
-        elif (type(raw) is np.ndarray and raw.dtype == np.uint8 and raw.shape == self._raw_shape
-              and raw.flags.c_contiguous):
-            raw = raw.reshape(-1)          # one compiled signature for any frame layout
-        else:
-            self.pipeline(raw, obs)        # its checks (ObservationError) and conversions
-            raw, fn = self._no_raw, 0
+        raw, fn = self._frame_args(raw, obs)
         reset = False
         if not net.recurrent:
             h = c = net._dummy_h
@@ -992,6 +983,46 @@ class Actor:
         net._rec_t = t + 1
         net._rec_state = None
         return a
+
+    def _frame_args(self, raw, obs):
+        """``(raw, fn)`` for the kernel: the frame as one flat row and the
+        preprocessing's entry point, or (no frame, 0) when ``raw`` is None or
+        had to go through the pipeline here (its checks and conversions)."""
+        fn = self._fn
+        if raw is None:
+            return self._no_raw, 0
+        if fn == 0:
+            raise ValueError("Actor: no pipeline to preprocess raw frames with")
+        if (type(raw) is np.ndarray and raw.dtype == np.uint8 and raw.shape == self._raw_shape
+                and raw.flags.c_contiguous):
+            return raw.reshape(-1), fn       # one compiled signature for any frame layout
+        self.pipeline(raw, obs)
+        return self._no_raw, 0
+
+    def value(self, obs, state, raw=None):
+        """V(s) of one observation, unrecorded (a rollout's bootstrap), in one
+        compiled call: ``raw`` (when given) is preprocessed into ``obs``
+        first, as in a step.  The value ``step(obs, state)`` returns, bit for
+        bit; nothing of the recording changes."""
+        net = self.net
+        if not (type(obs) is np.ndarray and obs.dtype == np.float32
+                and obs.shape == net.obs_shape and obs.flags.c_contiguous):
+            raise ValueError(f"Actor: obs must be a C-contiguous float32 array of shape "
+                             f"{net.obs_shape}")
+        raw, fn = self._frame_args(raw, obs)
+        if net.recurrent:
+            h, c = net._state_arrays(state)
+        else:
+            h = c = net._dummy_h
+        rows = net._spare_rows()
+        acts, vals, pgw, _ = net._spare_av
+        a = K.doom_act_packed(0, raw, fn, self._ctx, obs, h, c, False, self._spare_probs,
+                              *net._step_packed, *rows, 0.5, 0.0, acts, vals, pgw)
+        if a < 0:
+            if a == -2:
+                raise MemoryError("preprocess scratch row")
+            raise _bad_obs()
+        return float(vals[0])
 
 
 def _bad_obs():

@@ -257,7 +257,13 @@ class Worker:
                                 settings.policy_epsilon)
                       if fused_act and hasattr(net, "actor") else None)
         self._beta = None      # the entropy floor's coefficient for the next update
+        # the rollouts' uniforms, drawn UNIFORM_BLOCK rollouts at a time: the
+        # same stream as one rng.random(t_max) per rollout, one call instead of many
+        self._u_buf = np.empty(0)
+        self._u_pos = 0
+        self._u_rng = None
         self.state = None
+        self._frame = None        # (actor) a raw frame the next step preprocesses into obs_buf[0]
         self.ep_return = 0.0
         self.ep_length = 0
         self._ret_acc = 0.0       # running discounted (clipped) return, for the normalizer
@@ -271,24 +277,48 @@ class Worker:
         #: rollouts run on into the next episode (merge_below's switch is on)
         self.merging = False
 
+    #: rollouts' worth of uniforms drawn per rng call (see _uniforms)
+    UNIFORM_BLOCK = 64
+
+    def _uniforms(self):
+        """This rollout's ``t_max`` uniforms for the sampler: the next
+        ``t_max`` values of one ``rng.random`` stream (as a call of
+        ``rng.random(t_max)`` per rollout would draw them)."""
+        T = self.s.t_max
+        pos = self._u_pos
+        if pos + T > self._u_buf.shape[0] or self._u_rng is not self.rng:
+            self._u_rng = self.rng           # (a new rng starts a new block)
+            self._u_buf = self.rng.random(T * self.UNIFORM_BLOCK)
+            pos = 0
+        self._u_pos = pos + T
+        return self._u_buf[pos:pos + T]
+
     # -- episodes -----------------------------------------------------------
-    def start_episode(self, slot=0):
-        """Reset the env and the LSTM state; ``obs_buf[slot]`` = first observation."""
-        self.pipe(self.env.reset(), self.obs_buf[slot])
+    def start_episode(self, slot=0, defer=False):
+        """Reset the env and the LSTM state; ``obs_buf[slot]`` = first observation.
+        ``defer`` (with an :attr:`actor`): return the raw first frame instead,
+        for the next agent step to preprocess inside its own compiled call."""
+        frame = self.env.reset()
         self.state = self.net.initial_state()
         self._started = True
+        if defer:
+            return frame
+        self.pipe(frame, self.obs_buf[slot])
+        self._frame = None
+        return None
 
-    def _end_of_life(self, slot=0):
+    def _end_of_life(self, slot=0, defer=False):
         """After a terminal/truncated step: report the whole game when it is over
         (an env that treats a life loss as terminal keeps ``episode_over``
-        False until the game ends), then start the next episode."""
+        False until the game ends), then start the next episode (``defer``:
+        see :meth:`start_episode`; returns its frame or None)."""
         if getattr(self.env, "episode_over", True):
             self.store.record_episode(self.wid, self.ep_return, self.ep_length)
             if self.s.merge_below > 0:
                 self._track_length(self.ep_length)
             self.ep_return, self.ep_length = 0.0, 0
         self._ret_acc = 0.0
-        self.start_episode(slot)
+        return self.start_episode(slot, defer)
 
     def _track_length(self, length):
         """``merge_below``'s switch: the mean length of the last ``merge_window``
@@ -323,15 +353,16 @@ class Worker:
         """
         if self.s.cross_episode or self.s.min_steps > 1 or self.merging:
             return self._rollout_across()
+        act = self.actor
         if not self._started:
-            self.start_episode()
+            self._frame = self.start_episode(defer=act is not None)
         s, net, env, pipe = self.s, self.net, self.env, self.pipe
         obs_buf, actions, raw, values = self.obs_buf, self.actions, self.raw_rewards, self.values
         if not self._fresh:
             self.store.pull(net.params)
         self._fresh = False
         state = self.state
-        u = self.rng.random(s.t_max)
+        u = self._uniforms()
         term = trunc = False
         n = s.t_max
         # the steps record their activations (fixed local params during the
@@ -339,11 +370,12 @@ class Worker:
         eps = s.policy_epsilon
         pg_w = self.pg_weights
         net.begin_rollout(s.t_max)
-        act = self.actor
         if act is not None:
             # one compiled call per step: the previous step's frame goes in raw
-            # (preprocessed into obs_buf[t] there), the action comes out
-            frame = None
+            # (preprocessed into obs_buf[t] there), the action comes out; a
+            # rollout's first frame (an episode's first, or the one the last
+            # rollout bootstrapped from) may wait in self._frame
+            frame, self._frame = self._frame, None
             for t in range(s.t_max):
                 a = act(t, obs_buf[t], u[t], frame, state if t == 0 else None)
                 frame, r, term, trunc = env.step(a)
@@ -352,8 +384,6 @@ class Worker:
                     n = t + 1
                     break
             state = net.recorded_state()
-            if not term:     # the bootstrap's (or the next rollout's) observation
-                pipe(frame, obs_buf[n])
         else:
             for t in range(s.t_max):
                 probs, v, state = net.step(obs_buf[t], state, record=True)
@@ -375,13 +405,17 @@ class Worker:
         self._scale_rewards(n)
         if term or (trunc and not s.bootstrap_truncated):
             boot = 0.0
+        elif act is not None:
+            # s_n preprocessed into obs_buf[0] (the recorded rows hold the
+            # rollout's inputs), where the next rollout starts from it
+            boot = act.value(obs_buf[0], state, frame)
         else:  # cut by t_max, or by a time limit that is bootstrapped (not recorded)
             _, boot, _ = net.step(obs_buf[n], state)
         applied = self._update(n, float(boot))
         self.store.add_steps(n)
         if term or trunc:
-            self._end_of_life()
-        else:
+            self._frame = self._end_of_life(defer=act is not None)
+        elif act is None:
             obs_buf[0] = obs_buf[n]
         return n, term, trunc, applied
 
@@ -400,8 +434,9 @@ class Worker:
         passes over the flat arrays) are paid once per ``min_steps`` or more
         steps even when episodes are short.
         """
+        act = self.actor
         if not self._started:
-            self.start_episode()
+            self._frame = self.start_episode(defer=act is not None)
         s, net, env, pipe = self.s, self.net, self.env, self.pipe
         obs_buf, actions, raw, values = self.obs_buf, self.actions, self.raw_rewards, self.values
         if not self._fresh:
@@ -415,7 +450,7 @@ class Worker:
         else:          # merge_below's switch is on
             k_min = max(T // 2, 1)
         state = self.state
-        u = self.rng.random(T)
+        u = self._uniforms()
         acc0 = self._ret_acc
         segs = []             # (start, end, bootstrap value, episode ended)
         start = 0
@@ -424,8 +459,7 @@ class Worker:
         eps = s.policy_epsilon
         pg_w = self.pg_weights
         net.begin_rollout(T)
-        act = self.actor
-        frame = None            # (fused act) the frame obs_buf[t] still waits for
+        frame, self._frame = self._frame, None   # (fused act) the frame obs_buf[t] waits for
         given = state           # (fused act) the state a step starts from, None: the last row's
         for t in range(T):
             if act is not None:
@@ -446,15 +480,16 @@ class Worker:
             if term or trunc:
                 boot = 0.0
                 if trunc and not term and s.bootstrap_truncated:
-                    pipe(obs, obs_buf[t + 1])
                     if act is not None:
-                        state = net.recorded_state()
-                    _, boot, _ = net.step(obs_buf[t + 1], state)
+                        boot = act.value(obs_buf[t + 1], net.recorded_state(), obs)
+                    else:
+                        pipe(obs, obs_buf[t + 1])
+                        _, boot, _ = net.step(obs_buf[t + 1], state)
                 segs.append((start, t + 1, float(boot), True))
                 start = t + 1
-                self._end_of_life(slot=t + 1)      # next episode: obs_buf[t + 1], new state
+                # next episode: obs_buf[t + 1] (or, deferred, its frame), new state
+                frame = self._end_of_life(slot=t + 1, defer=act is not None)
                 state = given = self.state
-                frame = None
                 if t + 1 >= k_min:
                     n = t + 1
                     break
@@ -462,12 +497,14 @@ class Worker:
                 frame = obs
             else:
                 pipe(obs, obs_buf[t + 1])
-        if act is not None and start < n:
-            if frame is not None:
-                pipe(frame, obs_buf[n])
-            state = net.recorded_state()
         if start < n:
-            _, boot, _ = net.step(obs_buf[n], state)
+            if act is not None:
+                # s_n preprocessed into obs_buf[0], where the next rollout starts
+                state = net.recorded_state()
+                boot = act.value(obs_buf[0], state, frame)
+                frame = None
+            else:
+                _, boot, _ = net.step(obs_buf[n], state)
             segs.append((start, n, float(boot), False))
         self.state = state
         self._scale_segments(segs, acc0)
@@ -478,7 +515,10 @@ class Worker:
                                          s.gamma, s.gae_lambda)
         applied = self._apply_update(n, ret, adv)
         self.store.add_steps(n)
-        obs_buf[0] = obs_buf[n]
+        if act is not None:
+            self._frame = frame          # an episode's first frame, not preprocessed yet
+        else:
+            obs_buf[0] = obs_buf[n]
         return n, term, trunc, applied
 
     def _scale_segments(self, segs, acc0):
