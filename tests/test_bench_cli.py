@@ -595,3 +595,49 @@ def test_gil_budget_records_kernels_and_restores_modules(capsys):
     out = capsys.readouterr().out
     for path in ("numpy, paper", "numpy, merged", "less the Numba kernels"):
         assert path in out
+
+
+def _load_bench(name):
+    import importlib.util
+    import os
+
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(os.path.dirname(__file__), "..", "bench", name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gil_holds_stretches_count_short_calls_as_held():
+    """bench/gil_holds.py: a stretch runs from a long call's end to the next
+    long call's start; short calls inside it are part of it."""
+    gh = _load_bench("gil_holds")
+    us = 1000
+    events = [("a", 0, 100 * us), ("short", 103 * us, 110 * us), ("b", 112 * us, 300 * us),
+              ("a", 305 * us, 400 * us)]
+    assert gh.stretches(events, 40 * us) == [("a", "b", 12 * us, 1), ("b", "a", 5 * us, 0)]
+    assert gh.stretches(events, 5 * us) == [("a", "short", 3 * us, 0), ("short", "b", 2 * us, 0),
+                                            ("b", "a", 5 * us, 0)]
+
+
+def test_gil_holds_runs_and_restores_the_modules(capsys):
+    from numba.core.dispatcher import Dispatcher
+
+    import a3c_core.core.optim as OP
+    import a3c_core.core.shared as SH
+    import a3c_core.nn.kernels as K
+    import a3c_core.train.worker as W
+
+    gh = _load_bench("gil_holds")
+    before = {(m.__name__, k): v for m in (K, W) for k, v in vars(m).items()
+              if isinstance(v, Dispatcher)}
+    hog = (SH._hogwild, OP._hogwild)
+    assert gh.main(["--rollouts", "4", "--repeats", "1", "--episode", "7"]) == 0
+    out = capsys.readouterr().out
+    assert "GIL held per agent step" in out
+    assert "doom_act_packed" in out and "env step (nogil spin)" in out
+    assert {(m.__name__, k): v for m in (K, W) for k, v in vars(m).items()
+            if isinstance(v, Dispatcher)} == before
+    assert (SH._hogwild, OP._hogwild) == hog
+    with pytest.raises(SystemExit):
+        gh.main(["--short-us", "0"])
