@@ -71,6 +71,11 @@ Execution:
   forward (~1e-16 relative in float64, ~1e-7 in float32), and the recorded
   rows are the activations the policy acted on.  A plain ``step`` (the
   bootstrap) records nothing.
+* a worker's agent step (fused doom step, float32): :meth:`Network.actor`
+  gives an :class:`Actor` whose call preprocesses the raw frame (through
+  the Cython preprocessor's C entry point), records the step and samples
+  the action in ONE compiled call (``kernels.doom_act_packed``), bit for
+  bit ``pipeline`` + ``step(record=True)`` + ``sample_categorical``.
 
 Threads: a Network's scratch is not shared-safe.  Use ONE Network object per
 thread; :meth:`Network.fork` gives another thread its own scratch over the
@@ -224,11 +229,12 @@ class Network:
     object's scratch.  Use :meth:`fork` for another thread.
     """
 
-    #: fused (doom) step only: run unrecorded steps with the recording kernel
-    #: too, writing one-step rows of their own.  A training worker records every
-    #: step but its bootstrap; with this set, a trainer's first run compiles one
-    #: step kernel instead of two (bench/compile_time.py).  Inference (Policy)
-    #: keeps the plain kernel, which copies nothing.
+    #: fused (doom) step only: run unrecorded steps with the worker's act
+    #: kernel (``kernels.doom_act_packed``, see :meth:`actor`) too, writing
+    #: one-step rows of their own.  A training worker records every step
+    #: through its :class:`Actor`; with this set, a trainer's first run compiles
+    #: one step kernel instead of two (bench/compile_time.py).  Inference
+    #: (Policy) keeps the plain kernel, which copies nothing.
     single_step_kernel = False
 
     def __init__(self, name, obs_shape, n_actions, kwargs, dtype=np.float32, seed=0):
@@ -489,7 +495,8 @@ class Network:
 
     def _spare_rows(self):
         """One-step rows of its own for an unrecorded fused step that runs the
-        recording kernel (:attr:`single_step_kernel`); never the rollout's."""
+        act kernel (:attr:`single_step_kernel`, :meth:`Actor.value`); never the
+        rollout's."""
         if self._spare_static is None:
             self._spare_av = (np.zeros(1, np.int64), np.zeros(1, self._dtype),
                               np.ones(1, np.float32), np.zeros(1, np.uint8))

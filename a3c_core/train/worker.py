@@ -30,7 +30,10 @@ One rollout (:meth:`Worker.rollout`):
 
 1. pull the global parameters (the rollout acts with fixed local params),
    unless the previous update already refreshed them (``syncs_on_apply``);
-2. play up to ``t_max`` steps: ``net.step`` -> sample -> ``env.step``; an
+2. play up to ``t_max`` steps: ``net.step`` -> sample -> ``env.step`` (with
+   the network's :class:`~a3c_core.nn.network.Actor`, where it has one: the
+   frame's preprocessing, the recorded step and the sampling in one compiled
+   call, bit for bit the same); an
    episode that ends before the rollout holds ``min_steps`` steps is followed
    by the next one in the same rollout (LSTM state reset; the trainer's
    default, 0, gives the A3C paper's rollouts, which end with their
