@@ -11,6 +11,15 @@ window), ``charts/reward_scale`` (when rewards are normalized),
 * ``episodes.csv``: ``episode,wall_time,step,worker,return,length`` with raw
   (unscaled) episode returns.
 
+TensorBoard's per-episode points (``charts/episodic_return`` and
+``charts/episodic_length``) are written by :meth:`MetricsLogger.flush` (the
+trainer's log tick), not by the worker that finished the episode: a
+tensorboardX ``add_scalar`` holds the GIL for ~45 µs, and a trained
+doom:basic worker finishes hundreds of episodes a second.  At most
+:attr:`MetricsLogger.tb_episodes_per_flush` of a tick's episodes become
+points, evenly spread over them (TensorBoard's own UI keeps a sample of
+1,000 points per tag anyway); both CSV files keep every episode.
+
 On resume (``resume_at=(steps, episodes)`` of the checkpoint) both files are
 first cut back to what the checkpoint covers: rows written after it (the
 run went on, then was killed) and a torn last line are dropped, so the
@@ -55,9 +64,13 @@ def _truncate_csv(path, header, keep):
 
 
 class MetricsLogger:
+    #: the most per-episode TensorBoard points one flush writes (see the module docstring)
+    tb_episodes_per_flush = 100
+
     def __init__(self, run_dir: str, tensorboard: bool = True, notice=sys.stderr, resume_at=None):
         self.run_dir = run_dir
         self._lock = threading.Lock()
+        self._tb_episodes = []      # (step, return, length) not yet in TensorBoard
         m_path = os.path.join(run_dir, "metrics.csv")
         e_path = os.path.join(run_dir, "episodes.csv")
         if resume_at is not None:
@@ -102,11 +115,23 @@ class MetricsLogger:
             self._m.writerow([f"{wall_time:.3f}", step, "charts/episodic_return", f"{ret:.6g}"])
             self._m.writerow([f"{wall_time:.3f}", step, "charts/episodic_length", length])
             if self._tb is not None:
-                self._tb.add_scalar("charts/episodic_return", float(ret), step)
-                self._tb.add_scalar("charts/episodic_length", float(length), step)
+                self._tb_episodes.append((step, float(ret), float(length)))
+
+    def _write_tb_episodes(self):
+        """The pending per-episode points, at most tb_episodes_per_flush of
+        them evenly spread (under ``_lock``)."""
+        eps, self._tb_episodes = self._tb_episodes, []
+        k, cap = len(eps), max(int(self.tb_episodes_per_flush), 1)
+        if k > cap:
+            eps = [eps[i * k // cap] for i in range(cap)]
+        for step, ret, length in eps:
+            self._tb.add_scalar("charts/episodic_return", ret, step)
+            self._tb.add_scalar("charts/episodic_length", length, step)
 
     def flush(self) -> None:
         with self._lock:
+            if self._tb is not None:
+                self._write_tb_episodes()
             self._mf.flush()
             self._ef.flush()
             if self._tb is not None:
