@@ -166,7 +166,8 @@ cdef class Preprocessor:
         frame of ``in_shape``; ``out``: ``Ho * Wo`` float32 values; nothing
         is checked there (check the arrays first, as ``__call__`` does).
         ``fn`` returns 1, or 0 when its scratch row could not be allocated.
-        Valid while this instance lives and until its next ``set_norm``."""
+        Valid while this instance lives; ``set_norm`` rewrites the tables in
+        place (set it before another thread uses them, as for ``__call__``)."""
         return <size_t><void*>_prep_entry, <size_t><void*>&self._t
 
     def set_norm(self, mean, float inv_std=1.0):
