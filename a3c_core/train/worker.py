@@ -231,6 +231,8 @@ class Worker:
         settings: :class:`RolloutSettings`.
         rng: ``numpy.random.Generator`` for action sampling.
         offset: start index of this worker's optimizer sweep (see core.optim).
+        fused_act: step through the network's :class:`~a3c_core.nn.network.Actor`
+            where it has one (the same results; False: the separate calls).
     """
 
     def __init__(self, wid, env, net, pipeline, store, settings, rng, *, offset=0,
