@@ -478,17 +478,21 @@ class Network:
                                       *self._heads_static, probs)
         return probs, value, new_state
 
-    def _spare_act(self, obs, h, c, h_out, c_out, probs):
+    def _spare_act(self, obs, h, c, h_out, c_out, probs, raw=None, fn=0, ctx=0):
         """An unrecorded fused step through the worker's act kernel
-        (:attr:`single_step_kernel`), on one-step rows of its own; returns
-        the value (NaN for a non-finite obs) and writes probs, h_out, c_out."""
+        (:attr:`single_step_kernel`, :meth:`Actor.value`), on one-step rows of
+        its own (``raw``/``fn``/``ctx``: a frame to preprocess into ``obs``
+        first, see :class:`Actor`).  Returns the value, NaN for a non-finite
+        obs; writes probs and, when given, h_out and c_out."""
         rows = self._spare_rows()
         acts, vals, pgw, no_raw = self._spare_av
-        a = K.doom_act_packed(0, no_raw, 0, 0, obs, h, c, False, probs, *self._step_packed,
-                              *rows, 0.5, 0.0, acts, vals, pgw)
+        a = K.doom_act_packed(0, no_raw if raw is None else raw, fn, ctx, obs, h, c, False,
+                              probs, *self._step_packed, *rows, 0.5, 0.0, acts, vals, pgw)
+        if a == -2:
+            raise MemoryError("preprocess scratch row")
         if a < 0:
             return np.nan
-        if self.recurrent:
+        if self.recurrent and h_out is not None:
             h_out[:] = rows[5][1]
             c_out[:] = rows[6][1]
         return float(vals[0])
@@ -523,9 +527,7 @@ class Network:
         t = self._record_slot()
         reset = new_state and t > 0
         if reset:
-            cws = self._ws[len(self.encoder)]
-            cws["tmp"][0] = cws["hs"][t]
-            cws["tmp"][1] = cws["cs"][t]
+            self._keep_row_state(t)
         if self._fused:
             value = K.doom_step_rec_packed(t, obs, h, c, h_out, c_out, probs, *self._step_packed,
                                            *self._rec_static)
@@ -585,6 +587,14 @@ class Network:
             return None
         cws = self._ws[len(self.encoder)]
         return cws["hs"][t].copy(), cws["cs"][t].copy()
+
+    def _keep_row_state(self, t):
+        """Before a step that starts a new segment at row ``t``: save the
+        previous step's output (``hs[t]``/``cs[t]``, which the kernel
+        overwrites with the new input state) for :meth:`_mark_reset`."""
+        cws = self._ws[len(self.encoder)]
+        cws["tmp"][0] = cws["hs"][t]
+        cws["tmp"][1] = cws["cs"][t]
 
     def _mark_reset(self, t):
         """Flag row ``t`` as a reset step: move the input state the kernel
@@ -956,11 +966,7 @@ class Actor:
             net._record_slot()           # no recording, or a full one: its error
             raise RuntimeError(f"Actor: step {t} is not the next rollout row "
                                f"({net.recorded_steps} recorded, {len(self.actions)} at most)")
-        if not (type(obs) is np.ndarray and obs.dtype == np.float32
-                and obs.shape == net.obs_shape and obs.flags.c_contiguous):
-            raise ValueError(f"Actor: obs must be a C-contiguous float32 array of shape "
-                             f"{net.obs_shape}")
-        raw, fn = self._frame_args(raw, obs)
+        self._check_obs(obs)
         reset = False
         if not net.recurrent:
             h = c = net._dummy_h
@@ -973,11 +979,10 @@ class Actor:
         else:
             h, c = net._state_arrays(state)
             from_rows = False
-            if t > 0:                  # a new segment: keep row t's output (_mark_reset)
-                reset = True
-                cws = net._ws[len(net.encoder)]
-                cws["tmp"][0] = cws["hs"][t]
-                cws["tmp"][1] = cws["cs"][t]
+            reset = t > 0              # a new segment
+        raw, fn = self._frame_args(raw, obs)
+        if reset:
+            net._keep_row_state(t)
         a = K.doom_act_packed(t, raw, fn, self._ctx, obs, h, c, from_rows, self.probs,
                               *net._step_packed, *net._rec_static, u, self.eps, self.actions,
                               self.values, self.pg_weights)
@@ -990,6 +995,13 @@ class Actor:
         net._rec_t = t + 1
         net._rec_state = None
         return a
+
+    def _check_obs(self, obs):
+        net = self.net
+        if not (type(obs) is np.ndarray and obs.dtype == np.float32
+                and obs.shape == net.obs_shape and obs.flags.c_contiguous):
+            raise ValueError(f"Actor: obs must be a C-contiguous float32 array of shape "
+                             f"{net.obs_shape}")
 
     def _frame_args(self, raw, obs):
         """``(raw, fn)`` for the kernel: the frame as one flat row and the
@@ -1012,24 +1024,13 @@ class Actor:
         first, as in a step.  The value ``step(obs, state)`` returns, bit for
         bit; nothing of the recording changes."""
         net = self.net
-        if not (type(obs) is np.ndarray and obs.dtype == np.float32
-                and obs.shape == net.obs_shape and obs.flags.c_contiguous):
-            raise ValueError(f"Actor: obs must be a C-contiguous float32 array of shape "
-                             f"{net.obs_shape}")
+        self._check_obs(obs)
+        h, c = net._state_arrays(state) if net.recurrent else (net._dummy_h, net._dummy_h)
         raw, fn = self._frame_args(raw, obs)
-        if net.recurrent:
-            h, c = net._state_arrays(state)
-        else:
-            h = c = net._dummy_h
-        rows = net._spare_rows()
-        acts, vals, pgw, _ = net._spare_av
-        a = K.doom_act_packed(0, raw, fn, self._ctx, obs, h, c, False, self._spare_probs,
-                              *net._step_packed, *rows, 0.5, 0.0, acts, vals, pgw)
-        if a < 0:
-            if a == -2:
-                raise MemoryError("preprocess scratch row")
+        value = net._spare_act(obs, h, c, None, None, self._spare_probs, raw, fn, self._ctx)
+        if value != value and not K.all_finite(obs):    # NaN value: bad input?
             raise _bad_obs()
-        return float(vals[0])
+        return value
 
 
 def _bad_obs():
