@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# This tree against an older one (BASE_DIR, e.g. `git archive 99a4ddf`, the
+# tree of the first 16-core measurements) on a lent 16-core machine, in one
+# call, alternating the two so that the machine's state hits both alike
+# (issue 12).  Each tree is built in place and run with PYTHONPATH at it.
+#
+#   bash bench/device_compare.sh OUT_DIR WHEEL_DIR TRAINED_RUN BASE_DIR [WORKERS]
+#
+# WHEEL_DIR and TRAINED_RUN as in device_scaling.sh.  WORKERS defaults to
+# 1,4,8,12,16.  Steps, each logged under OUT_DIR:
+#   1. machine facts; build both trees (in parallel);
+#   2. the GIL probe (this tree's `bench_gil`, 1 worker) on each tree;
+#   3. end-to-end training steps/s (`bench_e2e`: doom:basic from scratch,
+#      long episodes) at WORKERS, base then new, then new then base;
+#   4. converged throughput (trained checkpoint, ~6-step episodes, the
+#      paper's rollouts in both trees) at 2, 8 and 16 workers, alternating;
+#   5. the new tree's micro-benchmarks (`a3c bench --quick --skip-e2e`);
+#   6. the new tree's default rollouts (`auto`), converged, at 8 and 16.
+# E2E_SECONDS, CONV_WORKERS and AUTO_WORKERS shorten it for a dry run.
+set -u
+OUT=${1:?usage: device_compare.sh OUT_DIR WHEEL_DIR TRAINED_RUN BASE_DIR [WORKERS]}
+WHL=${2:-}
+RUN=${3:?TRAINED_RUN}
+BASE=$(cd "${4:?BASE_DIR}" && pwd)
+WORKERS=${5:-1,4,8,12,16}
+SECONDS_E2E=${E2E_SECONDS:-8}
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+NEW=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$OUT"
+t0=$(date +%s)
+stamp() { echo "== $(( $(date +%s) - t0 )) s: $*"; }
+
+stamp facts
+{ nproc; lscpu; free -g; } >"$OUT/machine.txt" 2>&1
+grep -E "^(Model name|CPU\(s\)|L2|L3)" "$OUT/machine.txt"
+if [ -n "$WHL" ]; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/a3c_site "$WHL"/*.whl || exit 1
+    export PYTHONPATH=/tmp/a3c_site${PYTHONPATH:+:$PYTHONPATH}
+fi
+SITE=${PYTHONPATH:-}
+stamp build
+(cd "$NEW" && $PY setup.py -q build_ext --inplace -j 4 >"$OUT/build_new.log" 2>&1) &
+(cd "$BASE" && $PY setup.py -q build_ext --inplace -j 4 >"$OUT/build_base.log" 2>&1) &
+wait
+for t in new base; do
+    tail -3 "$OUT/build_$t.log"
+done
+export NUMBA_CACHE_DIR=/tmp/a3c_numba_cache
+
+# run TREE(new|base) PYTHON-ARGS...: python with that tree first on the path
+run() {
+    local tree=$1; shift
+    local dir=$NEW; [ "$tree" = base ] && dir=$BASE
+    (cd "$dir" && PYTHONPATH=$dir${SITE:+:$SITE} $PY "$@")
+}
+for t in new base; do
+    run $t -c "import a3c_core, numpy, numba; print('$t', a3c_core.__file__, a3c_core.__version__, 'numpy', numpy.__version__, 'numba', numba.__version__)" || exit 1
+done
+
+e2e() {  # e2e TREE WORKERS TAG
+    stamp "e2e $1 $2"
+    run "$1" - "$2" "$SECONDS_E2E" "$OUT/e2e_$1_$3.json" <<'PY'
+import json, sys
+from a3c_core import bench
+ws = [int(w) for w in sys.argv[1].split(",")]
+rows = bench.bench_e2e("doom:basic", "doom-lstm", ws, float(sys.argv[2]), 3.0)
+out = [r.to_dict() for r in rows]
+for r in out:
+    if r["name"].startswith(("train steps", "scaling")):
+        print(f"{r['name']:22s} {r['median']:9.2f}  {r['notes']}")
+json.dump(out, open(sys.argv[3], "w"), indent=1)
+PY
+}
+gil() {  # gil TREE
+    stamp "gil $1"
+    # the new tree's probe (bench.py loaded by path) on either tree's engine,
+    # so that both are read by the same estimator
+    run "$1" - "$OUT/gil_$1.json" "$NEW/a3c_core/bench.py" <<'PY'
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("a3c_probe", sys.argv[2])
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+rows = bench.bench_gil("doom:basic", "doom-lstm", 8.0, 3.0)
+out = [r.to_dict() for r in rows]
+for r in out:
+    print(f"{r['name']:40s} median {r['median']:8.2f} min {r['min']:8.2f} max {r['max']:8.2f}  {r['notes'][:160]}")
+json.dump(out, open(sys.argv[1], "w"), indent=1)
+PY
+}
+conv() {  # conv TREE WORKERS MODE
+    stamp "converged $1 w$2 $3"
+    run "$1" bench/converged_throughput.py "$RUN" --workers "$2" --seconds 6 --warmup 3 \
+        --repeats 1 --modes "$3" --json "$OUT/conv_$1_w$2_$3.json" 2>&1 | tail -2
+}
+
+# warm the Numba caches (first compile) outside the timed windows
+stamp warm
+run new -c "from a3c_core import bench; bench.bench_e2e('doom:basic', 'doom-lstm', [1], 1.0, 0.5)" >/dev/null 2>&1 &
+run base -c "from a3c_core import bench; bench.bench_e2e('doom:basic', 'doom-lstm', [1], 1.0, 0.5)" >/dev/null 2>&1 &
+wait
+
+gil base; gil new
+e2e base "$WORKERS" a; e2e new "$WORKERS" a
+e2e new "$WORKERS" b; e2e base "$WORKERS" b
+RUNABS=$(cd "$RUN" && pwd); RUN=$RUNABS
+for w in ${CONV_WORKERS-2 8 16}; do
+    conv base $w default; conv new $w paper
+done
+stamp micro
+run new -m a3c_core bench --quick --skip-e2e --skip-env --json "$OUT/micro_new.json" 2>&1 \
+    | tee "$OUT/micro_new.log" | grep -E "step|learner|update|GIL" | head -30
+for w in ${AUTO_WORKERS-8 16}; do
+    conv new $w auto
+done
+stamp done
