@@ -107,13 +107,64 @@ def _batch(values, who):
     return x.size, mean, m2, sq
 
 
+# A normalizer's statistics live in one float64 array (``stats``) and are
+# merged by one compiled call that holds the GIL (nogil=False): no other
+# Python thread runs while it reads and writes them, so the merge is atomic
+# among the worker threads without a lock, and a worker can merge from
+# inside its own compiled code (``rollout_targets`` in train.worker).
+ST_COUNT, ST_MEAN, ST_M2, ST_SCALE, ST_MEAN_SQ = range(5)
+# ``params`` (float64): kind (below), eps, min_count, horizon, max_scale (inf: no cap)
+P_KIND, P_EPS, P_MIN, P_HORIZON, P_MAX = range(5)
+KIND_RETURN, KIND_RMS, KIND_EMA = 0, 1, 2
+
+
+@kernel(nogil=False, fastmath=False)
+def merge_stats(st, prm, x):
+    """Merge the float64 batch ``x`` (size >= 1) into ``st``; returns the new
+    scale, or -1.0 (``st`` unchanged) when ``x`` holds a NaN or inf.  The
+    arithmetic is that of the Python merges it replaced, operation for
+    operation (float64, no FMA)."""
+    mean_b, m2_b, sq, finite = _moments(x)
+    if not finite:
+        return -1.0
+    n_b = float(x.size)
+    kind = prm[P_KIND]
+    if kind == KIND_EMA:
+        ms_b = sq / n_b
+        keep = math.pow(1.0 - 1.0 / prm[P_HORIZON], n_b)   # weight left on the old average
+        if st[ST_COUNT] == 0:
+            st[ST_MEAN_SQ] = ms_b
+        else:
+            st[ST_MEAN_SQ] = keep * st[ST_MEAN_SQ] + (1.0 - keep) * ms_b
+        st[ST_COUNT] += n_b
+        if st[ST_COUNT] >= prm[P_MIN]:
+            st[ST_SCALE] = min(1.0 / math.sqrt(st[ST_MEAN_SQ] + prm[P_EPS]), prm[P_MAX])
+        return st[ST_SCALE]
+    n_a = st[ST_COUNT]
+    n = n_a + n_b
+    delta = mean_b - st[ST_MEAN]
+    st[ST_MEAN] += delta * n_b / n
+    st[ST_M2] += m2_b + delta * delta * n_a * n_b / n
+    st[ST_COUNT] = n
+    if n >= prm[P_MIN]:
+        mean, m2 = st[ST_MEAN], st[ST_M2]
+        if kind == KIND_RETURN:
+            st[ST_SCALE] = 1.0 / math.sqrt(m2 / n + prm[P_EPS])
+        else:
+            st[ST_SCALE] = min(1.0 / math.sqrt(m2 / n + mean * mean + prm[P_EPS]), prm[P_MAX])
+    return st[ST_SCALE]
+
+
 class ReturnNormalizer:
     """Shared running mean/variance of discounted returns -> reward scale.
 
     ``update(returns)`` merges a batch; ``scale`` is ``1 / sqrt(var + eps)``
     (1.0 until ``min_count`` returns have been seen).  The scale is unit-free
     from the first rollout on: rewards x100 give the same scaled rewards.
+    ``count``, ``mean``, ``m2`` and ``scale`` read :attr:`stats`.
     """
+
+    _kind = KIND_RETURN
 
     def __init__(self, gamma=0.99, *, clip=10.0, eps=1e-8, min_count=2):
         if not 0.0 <= gamma <= 1.0:
@@ -124,39 +175,41 @@ class ReturnNormalizer:
         self.clip = float(clip)
         self.eps = float(eps)
         self.min_count = int(min_count)
-        self._lock = threading.Lock()
-        self.count = 0
-        self.mean = 0.0
-        self.m2 = 0.0
-        self.scale = 1.0
+        #: count, mean, m2, scale, mean_sq (see merge_stats); written only by
+        #: merge_stats and by whole-array assignments, each atomic under the GIL
+        self.stats = np.array([0.0, 0.0, 0.0, 1.0, 0.0])
+        self.params = np.array([self._kind, self.eps, self.min_count, 0.0, math.inf])
+
+    count = property(lambda self: int(self.stats[ST_COUNT]))
+    mean = property(lambda self: float(self.stats[ST_MEAN]))
+    m2 = property(lambda self: float(self.stats[ST_M2]))
+    scale = property(lambda self: float(self.stats[ST_SCALE]))
 
     @property
     def var(self) -> float:
-        return self.m2 / self.count if self.count else 0.0
+        count, m2 = self.stats[ST_COUNT], self.stats[ST_M2]
+        return float(m2 / count) if count else 0.0
 
     def update(self, returns) -> float:
         """Merge a batch of discounted returns; returns the new scale."""
-        n_b, mean_b, m2_b, _ = _batch(returns, "ReturnNormalizer.update: returns")
-        if n_b == 0:
+        return self._merge(returns, "ReturnNormalizer.update: returns")
+
+    def _merge(self, values, who):
+        x = np.asarray(values, dtype=np.float64).ravel()
+        if x.size == 0:
             return self.scale
-        with self._lock:
-            n_a = self.count
-            n = n_a + n_b
-            delta = mean_b - self.mean
-            self.mean += delta * n_b / n
-            self.m2 += m2_b + delta * delta * n_a * n_b / n
-            self.count = n
-            if n >= self.min_count:
-                self.scale = self._scale_from(n, self.mean, self.m2)
-            return self.scale
+        scale = merge_stats(self.stats, self.params, x)
+        if scale < 0:
+            raise ValueError(f"{who} contain NaN or inf")
+        return scale
 
     def _scale_from(self, n, mean, m2):
         return 1.0 / math.sqrt(m2 / n + self.eps)
 
     def state_dict(self) -> dict:
-        with self._lock:
-            return {"count": int(self.count), "mean": float(self.mean), "m2": float(self.m2),
-                    "gamma": self.gamma, "clip": self.clip}
+        st = self.stats.copy()          # one consistent snapshot
+        return {"count": int(st[ST_COUNT]), "mean": float(st[ST_MEAN]),
+                "m2": float(st[ST_M2]), "gamma": self.gamma, "clip": self.clip}
 
     def load_state_dict(self, d) -> None:
         try:
@@ -165,9 +218,8 @@ class ReturnNormalizer:
             raise ValueError(f"reward normalizer state must have count, mean, m2; got {d!r}") from None
         if count < 0 or m2 < 0 or not (math.isfinite(mean) and math.isfinite(m2)):
             raise ValueError(f"reward normalizer state is invalid: {d!r}")
-        with self._lock:
-            self.count, self.mean, self.m2 = count, mean, m2
-            self.scale = self._scale_from(count, mean, m2) if count >= self.min_count else 1.0
+        scale = self._scale_from(count, mean, m2) if count >= self.min_count else 1.0
+        self.stats[:] = (count, mean, m2, scale, 0.0)
 
 
 class AdvantageNormalizer(ReturnNormalizer):
@@ -198,7 +250,11 @@ class AdvantageNormalizer(ReturnNormalizer):
         #: cap on the multiplier (None: none): advantages are scaled down to a
         #: unit RMS, but amplified at most this much once they are small
         self.max_scale = None if max_scale is None else float(max_scale)
-        self.mean_sq = 0.0
+        self.params[:] = (KIND_RMS if horizon is None else KIND_EMA, self.eps, self.min_count,
+                          self.horizon or 0.0,
+                          math.inf if max_scale is None else self.max_scale)
+
+    mean_sq = property(lambda self: float(self.stats[ST_MEAN_SQ]))
 
     def _capped(self, scale):
         return scale if self.max_scale is None else min(scale, self.max_scale)
@@ -207,26 +263,15 @@ class AdvantageNormalizer(ReturnNormalizer):
         return self._capped(1.0 / math.sqrt(m2 / n + mean * mean + self.eps))
 
     def update(self, advantages) -> float:
-        if self.horizon is None:
-            return super().update(advantages)
-        n_b, _, _, sq = _batch(advantages, "AdvantageNormalizer.update: advantages")
-        if n_b == 0:
-            return self.scale
-        ms_b = sq / n_b
-        keep = (1.0 - 1.0 / self.horizon) ** n_b      # weight left on the old average
-        with self._lock:
-            self.mean_sq = ms_b if self.count == 0 else keep * self.mean_sq + (1.0 - keep) * ms_b
-            self.count += n_b
-            if self.count >= self.min_count:
-                self.scale = self._capped(1.0 / math.sqrt(self.mean_sq + self.eps))
-            return self.scale
+        return self._merge(advantages, "AdvantageNormalizer.update: advantages")
 
     def state_dict(self) -> dict:
-        d = super().state_dict()
-        if self.horizon is not None:
-            with self._lock:
-                d.update(horizon=self.horizon, mean_sq=float(self.mean_sq))
-        return d
+        st = self.stats.copy()
+        if self.horizon is None:
+            return super().state_dict()
+        return {"count": int(st[ST_COUNT]), "mean": float(st[ST_MEAN]), "m2": float(st[ST_M2]),
+                "gamma": self.gamma, "clip": self.clip, "horizon": self.horizon,
+                "mean_sq": float(st[ST_MEAN_SQ])}
 
     def load_state_dict(self, d) -> None:
         if self.horizon is None:
@@ -240,10 +285,8 @@ class AdvantageNormalizer(ReturnNormalizer):
                              f"(or mean, m2); got {d!r}") from None
         if count < 0 or ms < 0 or not math.isfinite(ms):
             raise ValueError(f"advantage normalizer state is invalid: {d!r}")
-        with self._lock:
-            self.count, self.mean_sq = count, ms
-            self.scale = (self._capped(1.0 / math.sqrt(ms + self.eps))
-                          if count >= self.min_count else 1.0)
+        scale = self._capped(1.0 / math.sqrt(ms + self.eps)) if count >= self.min_count else 1.0
+        self.stats[:] = (count, 0.0, 0.0, scale, ms)
 
 
 class EntropyController:

@@ -66,6 +66,7 @@ import numpy as np
 from a3c_core._safepoint import safe_point
 from a3c_core.core import gae
 from a3c_core.core.normalize import clip_into, running_returns, scale_clip_into
+from a3c_core.core.targets import BAD_ADVANTAGES, BAD_RETURNS, rollout_targets
 from a3c_core.sampling import sample_categorical, sample_mixed
 
 __all__ = ["RolloutSettings", "LossStats", "Store", "ThreadStore", "Worker"]
@@ -161,6 +162,14 @@ class Store:
     def entropy_beta(self, entropy_sum=0.0, n=0) -> float:
         raise NotImplementedError
 
+    def target_stats(self):
+        """``(reward stats, reward params, advantage stats, advantage
+        params)``: the shared normalizers' arrays, which a worker merges into
+        from its own compiled call (``core.targets.rollout_targets``); an
+        absent normalizer gives two empty arrays.  None (the default): the
+        worker goes through :meth:`reward_scale` and :meth:`advantage_scale`."""
+        return None
+
 
 class ThreadStore(Store):
     """In-process store: Hogwild on a :class:`~a3c_core.core.SharedState`.
@@ -218,6 +227,20 @@ class ThreadStore(Store):
     def entropy_beta(self, entropy_sum=0.0, n=0):
         return self.entropy_ctl.update(entropy_sum, n)
 
+    def target_stats(self):
+        out = []
+        for norm in (self.normalizer, self.adv_normalizer):
+            if norm is None:
+                out += [_NO_STATS, _NO_STATS]
+            elif isinstance(getattr(norm, "stats", None), np.ndarray):
+                out += [norm.stats, norm.params]
+            else:                       # a normalizer of another kind: its update()
+                return None
+        return tuple(out)
+
+
+_NO_STATS = np.zeros(0)
+
 
 class Worker:
     """Rollouts and updates of one A3C worker (see the module docstring).
@@ -233,10 +256,14 @@ class Worker:
         offset: start index of this worker's optimizer sweep (see core.optim).
         fused_act: step through the network's :class:`~a3c_core.nn.network.Actor`
             where it has one (the same results; False: the separate calls).
+        fused_targets: compute an update's rewards, returns and advantages in
+            one compiled call (:func:`~a3c_core.core.targets.rollout_targets`)
+            where the store exposes its normalizers' arrays (the same
+            results; False: the separate calls).
     """
 
     def __init__(self, wid, env, net, pipeline, store, settings, rng, *, offset=0,
-                 fused_act=True):
+                 fused_act=True, fused_targets=True):
         self.wid = wid
         self.env = env
         self.net = net
@@ -256,6 +283,22 @@ class Worker:
         self._clip_buf = np.zeros(T, np.float64)       # raw rewards clipped to reward_clip
         self.values = np.zeros(T, np.float32)
         self.pg_weights = np.ones(T, np.float32)   # policy_epsilon's w per step
+        # the update's targets (core.targets.rollout_targets): segments
+        # (end, bootstrap value, episode ended), float64 scratch, float32 results
+        self._seg_end = np.zeros(T, np.int64)
+        self._seg_boot = np.zeros(T, np.float64)
+        self._seg_ended = np.zeros(T, np.bool_)
+        self._rets_buf = np.zeros(T, np.float64)
+        self._adv64_buf = np.zeros(T, np.float64)
+        self._ret = np.zeros(T, np.float32)
+        self._adv = np.zeros(T, np.float32)
+        #: the store's normalizer arrays for the one-call targets, or None
+        #: (the separate calls through the store; fused_targets=False)
+        self._stats = store.target_stats() if fused_targets else None
+        if self._stats is not None and (settings.reward_scale is None) != (self._stats[0].size > 0):
+            self._stats = None          # settings and store disagree: the separate path's errors
+        if self._stats is not None and settings.normalize_advantages and self._stats[2].size == 0:
+            self._stats = None
         #: each agent step in one compiled call (preprocess, recorded step,
         #: sampling: Network.actor), or None (that network or pipeline has none)
         self.actor = (net.actor(pipeline, self.actions, self.values, self.pg_weights,
@@ -368,6 +411,7 @@ class Worker:
         self._fresh = False
         state = self.state
         u = self._uniforms()
+        acc0 = self._ret_acc
         term = trunc = False
         n = s.t_max
         # the steps record their activations (fixed local params during the
@@ -407,7 +451,6 @@ class Worker:
         self.state = state
         self.ep_return += float(raw[:n].sum())
         self.ep_length += n
-        self._scale_rewards(n)
         if term or (trunc and not s.bootstrap_truncated):
             boot = 0.0
         elif act is not None:
@@ -416,7 +459,10 @@ class Worker:
             boot = act.value(obs_buf[0], state, frame)
         else:  # cut by t_max, or by a time limit that is bootstrapped (not recorded)
             _, boot, _ = net.step(obs_buf[n], state)
-        applied = self._update(n, float(boot))
+        self._seg_end[0] = n
+        self._seg_boot[0] = boot
+        self._seg_ended[0] = False     # (the running return restarts in _end_of_life)
+        applied = self._apply_update(n, *self._targets(n, 1, acc0))
         self.store.add_steps(n)
         if term or trunc:
             self._frame = self._end_of_life(defer=act is not None)
@@ -512,13 +558,11 @@ class Worker:
                 _, boot, _ = net.step(obs_buf[n], state)
             segs.append((start, n, float(boot), False))
         self.state = state
-        self._scale_segments(segs, acc0)
-        ret = np.empty(n, np.float32)
-        adv = np.empty(n, np.float32)
-        for a0, b0, boot, _ in segs:
-            ret[a0:b0], adv[a0:b0] = gae(self.rewards[a0:b0], values[a0:b0], boot,
-                                         s.gamma, s.gae_lambda)
-        applied = self._apply_update(n, ret, adv)
+        for k, (_, b0, boot, ended) in enumerate(segs):
+            self._seg_end[k] = b0
+            self._seg_boot[k] = boot
+            self._seg_ended[k] = ended
+        applied = self._apply_update(n, *self._targets(n, len(segs), acc0))
         self.store.add_steps(n)
         if act is not None:
             self._frame = frame          # an episode's first frame, not preprocessed yet
@@ -527,8 +571,9 @@ class Worker:
         return n, term, trunc, applied
 
     def _scale_segments(self, segs, acc0):
-        """:meth:`_scale_rewards` over the segments of a cross-episode rollout
-        (the running return restarts at each episode; one normalizer merge)."""
+        """Raw rewards -> learning rewards over a rollout's segments (clip,
+        then the fixed scale, or the running returns, restarting at each
+        episode, merged into the normalizer once and their scale)."""
         s = self.s
         T = segs[-1][1]
         r = self._clipped_rewards(T)
@@ -556,29 +601,59 @@ class Worker:
             return out
         return r
 
-    def _scale_rewards(self, n):
-        """raw rewards -> learning rewards (clip, then fixed or normalized scale)."""
+    def _targets(self, n, n_seg, acc0):
+        """``(returns, advantages)`` (float32, ``(n,)``) of the rollout's
+        first ``n`` steps in ``n_seg`` segments (``_seg_end``/``_seg_boot``/
+        ``_seg_ended``), from the running return ``acc0``: rewards clipped and
+        scaled (into :attr:`rewards`; the normalizer merged), GAE per
+        segment, advantages normalized and weighted by ``pg_weights`` (the
+        gradient of -A log q(a), q the mixture the steps were sampled from).
+        One compiled call (core.targets) or, without the store's arrays, the
+        separate calls; the same values."""
         s = self.s
-        r = self._clipped_rewards(n)
-        if s.reward_scale is not None:
-            np.multiply(r, s.reward_scale, out=self.rewards[:n], casting="unsafe")
-            return
-        rets, self._ret_acc = running_returns(r, s.gamma, self._ret_acc)
-        scale = self.store.reward_scale(rets)
-        scale_clip_into(r, float(scale), float(s.norm_clip), self.rewards[:n])
+        if self._stats is None:
+            return self._targets_separate(n, n_seg, acc0)
+        rn_st, rn_prm, an_st, an_prm = self._stats
+        fixed = np.nan if s.reward_scale is None else float(s.reward_scale)
+        acc, status = rollout_targets(
+            self.raw_rewards, n, self._seg_end, self._seg_boot, self._seg_ended, n_seg,
+            float(s.reward_clip), fixed, float(s.gamma), float(acc0), float(s.norm_clip),
+            rn_st, rn_prm, self.values, float(s.gae_lambda),
+            an_st if s.normalize_advantages else _NO_STATS, an_prm, self.pg_weights,
+            bool(s.policy_epsilon), self._clip_buf, self._rets_buf, self._adv64_buf,
+            self.rewards, self._ret, self._adv)
+        if status == BAD_RETURNS:
+            raise ValueError("ReturnNormalizer.update: returns contain NaN or inf")
+        if status == BAD_ADVANTAGES:
+            raise ValueError("AdvantageNormalizer.update: advantages contain NaN or inf")
+        if s.reward_scale is None:
+            self._ret_acc = acc
+        return self._ret[:n], self._adv[:n]
 
-    def _update(self, n, boot):
+    def _targets_separate(self, n, n_seg, acc0):
+        """:meth:`_targets` as separate calls (the store's reward_scale and
+        advantage_scale)."""
         s = self.s
-        ret, adv = gae(self.rewards[:n], self.values[:n], boot, s.gamma, s.gae_lambda)
-        return self._apply_update(n, ret, adv)
-
-    def _apply_update(self, n, ret, adv):
-        s, st = self.s, self.stats
+        segs = []
+        a0 = 0
+        for k in range(n_seg):
+            b0 = int(self._seg_end[k])
+            segs.append((a0, b0, float(self._seg_boot[k]), bool(self._seg_ended[k])))
+            a0 = b0
+        self._scale_segments(segs, acc0)
+        ret = np.empty(n, np.float32)
+        adv = np.empty(n, np.float32)
+        for a0, b0, boot, _ in segs:
+            ret[a0:b0], adv[a0:b0] = gae(self.rewards[a0:b0], self.values[a0:b0], boot,
+                                         s.gamma, s.gae_lambda)
         if s.normalize_advantages:
             adv = adv * np.float32(self.store.advantage_scale(adv))
         if s.policy_epsilon:
-            # the gradient of -A log q(a), q the mixture the steps were sampled from
             adv = adv * self.pg_weights[:n]
+        return ret, adv
+
+    def _apply_update(self, n, ret, adv):
+        s, st = self.s, self.stats
         # backward only over the rows the rollout's steps recorded; the same
         # gradient as loss_and_grad(obs_buf[:n], actions[:n], ret, adv, <rollout's first
         # LSTM state>), up to summation order (tests/test_nn_rollout_grad.py)
