@@ -74,9 +74,13 @@ def rollout_targets(raw, n, seg_end, seg_boot, seg_ended, n_seg, reward_clip, fi
     advantage normalization.  ``clip_buf``, ``rets_buf``, ``adv64_buf``
     (float64) are scratch of at least ``n``; ``rewards``, ``ret``, ``adv``
     (float32) receive the results.  Returns ``(running return after the
-    rollout, status)``: status BAD_RETURNS or BAD_ADVANTAGES when a merge
-    met a NaN or inf (that normalizer unchanged, the outputs incomplete).
+    rollout, status, sum of the raw rewards)`` (the sum in time order):
+    status BAD_RETURNS or BAD_ADVANTAGES when a merge met a NaN or inf (that
+    normalizer unchanged, the outputs incomplete).
     """
+    raw_sum = 0.0
+    for i in range(n):
+        raw_sum += raw[i]
     r = raw[:n]
     if reward_clip > 0:
         clip_into(r, -reward_clip, reward_clip, clip_buf[:n])
@@ -94,7 +98,7 @@ def rollout_targets(raw, n, seg_end, seg_boot, seg_ended, n_seg, reward_clip, fi
             a0 = b0
         scale = merge_stats(rn_stats, rn_params, rets_buf[:n])
         if scale < 0:
-            return acc, BAD_RETURNS
+            return acc, BAD_RETURNS, raw_sum
         scale_clip_into(r, scale, norm_clip, rewards[:n])
     a0 = 0
     for k in range(n_seg):
@@ -106,11 +110,11 @@ def rollout_targets(raw, n, seg_end, seg_boot, seg_ended, n_seg, reward_clip, fi
             adv64_buf[i] = adv[i]
         scale = merge_stats(an_stats, an_params, adv64_buf[:n])
         if scale < 0:
-            return acc, BAD_ADVANTAGES
+            return acc, BAD_ADVANTAGES, raw_sum
         s32 = np.float32(scale)
         for i in range(n):
             adv[i] = adv[i] * s32
     if use_pg:
         for i in range(n):
             adv[i] = adv[i] * pg_w[i]
-    return acc, TARGETS_OK
+    return acc, TARGETS_OK, raw_sum

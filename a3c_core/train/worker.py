@@ -449,7 +449,6 @@ class Worker:
                     n = t + 1
                     break
         self.state = state
-        self.ep_return += float(raw[:n].sum())
         self.ep_length += n
         if term or (trunc and not s.bootstrap_truncated):
             boot = 0.0
@@ -462,7 +461,9 @@ class Worker:
         self._seg_end[0] = n
         self._seg_boot[0] = boot
         self._seg_ended[0] = False     # (the running return restarts in _end_of_life)
-        applied = self._apply_update(n, *self._targets(n, 1, acc0))
+        ret, adv, raw_sum = self._targets(n, 1, acc0)
+        self.ep_return += raw_sum
+        applied = self._apply_update(n, ret, adv)
         self.store.add_steps(n)
         if term or trunc:
             self._frame = self._end_of_life(defer=act is not None)
@@ -562,7 +563,8 @@ class Worker:
             self._seg_end[k] = b0
             self._seg_boot[k] = boot
             self._seg_ended[k] = ended
-        applied = self._apply_update(n, *self._targets(n, len(segs), acc0))
+        ret, adv, _ = self._targets(n, len(segs), acc0)   # (ep_return: added per step)
+        applied = self._apply_update(n, ret, adv)
         self.store.add_steps(n)
         if act is not None:
             self._frame = frame          # an episode's first frame, not preprocessed yet
@@ -602,7 +604,8 @@ class Worker:
         return r
 
     def _targets(self, n, n_seg, acc0):
-        """``(returns, advantages)`` (float32, ``(n,)``) of the rollout's
+        """``(returns, advantages, raw reward sum)`` (float32 ``(n,)`` each,
+        and the float64 sum of the raw rewards in time order) of the rollout's
         first ``n`` steps in ``n_seg`` segments (``_seg_end``/``_seg_boot``/
         ``_seg_ended``), from the running return ``acc0``: rewards clipped and
         scaled (into :attr:`rewards`; the normalizer merged), GAE per
@@ -615,7 +618,7 @@ class Worker:
             return self._targets_separate(n, n_seg, acc0)
         rn_st, rn_prm, an_st, an_prm = self._stats
         fixed = np.nan if s.reward_scale is None else float(s.reward_scale)
-        acc, status = rollout_targets(
+        acc, status, raw_sum = rollout_targets(
             self.raw_rewards, n, self._seg_end, self._seg_boot, self._seg_ended, n_seg,
             float(s.reward_clip), fixed, float(s.gamma), float(acc0), float(s.norm_clip),
             rn_st, rn_prm, self.values, float(s.gae_lambda),
@@ -628,7 +631,7 @@ class Worker:
             raise ValueError("AdvantageNormalizer.update: advantages contain NaN or inf")
         if s.reward_scale is None:
             self._ret_acc = acc
-        return self._ret[:n], self._adv[:n]
+        return self._ret[:n], self._adv[:n], raw_sum
 
     def _targets_separate(self, n, n_seg, acc0):
         """:meth:`_targets` as separate calls (the store's reward_scale and
@@ -650,7 +653,10 @@ class Worker:
             adv = adv * np.float32(self.store.advantage_scale(adv))
         if s.policy_epsilon:
             adv = adv * self.pg_weights[:n]
-        return ret, adv
+        raw_sum = 0.0
+        for x in self.raw_rewards[:n].tolist():      # in time order, as the kernel adds
+            raw_sum += x
+        return ret, adv, raw_sum
 
     def _apply_update(self, n, ret, adv):
         s, st = self.s, self.stats
