@@ -17,6 +17,9 @@
 #   5. the new tree's micro-benchmarks (`a3c bench --quick --skip-e2e`);
 #   6. the new tree's default rollouts (`auto`), converged, at 8 and 16.
 # E2E_SECONDS, CONV_WORKERS and AUTO_WORKERS shorten it for a dry run.
+# STEPS="holds model" runs instead bench/gil_holds.py on base, new, base,
+# new (the new tree's script on both engines), then the new tree's quick
+# `a3c bench` at WORKERS and bench/scaling_model.py on its JSON.
 set -u
 OUT=${1:?usage: device_compare.sh OUT_DIR WHEEL_DIR TRAINED_RUN BASE_DIR [WORKERS]}
 WHL=${2:-}
@@ -101,17 +104,41 @@ run new -c "from a3c_core import bench; bench.bench_e2e('doom:basic', 'doom-lstm
 run base -c "from a3c_core import bench; bench.bench_e2e('doom:basic', 'doom-lstm', [1], 1.0, 0.5)" >/dev/null 2>&1 &
 wait
 
-gil base; gil new
-e2e base "$WORKERS" a; e2e new "$WORKERS" a
-e2e new "$WORKERS" b; e2e base "$WORKERS" b
-RUNABS=$(cd "$RUN" && pwd); RUN=$RUNABS
-for w in ${CONV_WORKERS-2 8 16}; do
-    conv base $w default; conv new $w paper
-done
-stamp micro
-run new -m a3c_core bench --quick --skip-e2e --skip-env --json "$OUT/micro_new.json" 2>&1 \
-    | tee "$OUT/micro_new.log" | grep -E "step|learner|update|GIL" | head -30
-for w in ${AUTO_WORKERS-8 16}; do
-    conv new $w auto
+holds() {  # holds TREE: direct GIL timing of a worker (stand-in env), the new tree's script
+    stamp "gil_holds $1"
+    run "$1" "$NEW/bench/gil_holds.py" --rollouts 200 --repeats 3 2>&1 | tee "$OUT/holds_$1.txt" | head -1
+}
+model() {  # model: the new tree's quick a3c bench at WORKERS, then scaling_model.py on it
+    stamp "bench $WORKERS"
+    run new -m a3c_core bench --quick --seconds 4 --workers "$WORKERS" --json "$OUT/bench_new.json" \
+        >"$OUT/bench_new.log" 2>&1
+    grep -E "^(train steps/s|GIL us|learner us/agent step  )" "$OUT/bench_new.log"
+    run new bench/scaling_model.py "$OUT/bench_new.json" --workers "$WORKERS" 2>&1 \
+        | tee "$OUT/model_new.txt" | tail -12
+}
+comparison() {
+    gil base; gil new
+    e2e base "$WORKERS" a; e2e new "$WORKERS" a
+    e2e new "$WORKERS" b; e2e base "$WORKERS" b
+    RUNABS=$(cd "$RUN" && pwd); RUN=$RUNABS
+    for w in ${CONV_WORKERS-2 8 16}; do
+        conv base $w default; conv new $w paper
+    done
+    stamp micro
+    run new -m a3c_core bench --quick --skip-e2e --skip-env --json "$OUT/micro_new.json" 2>&1 \
+        | tee "$OUT/micro_new.log" | grep -E "step|learner|update|GIL" | head -30
+    for w in ${AUTO_WORKERS-8 16}; do
+        conv new $w auto
+    done
+}
+# STEPS: "comparison" (the default), "holds" (gil_holds base, new, base, new),
+# "model" (quick a3c bench + scaling model), or several, space-separated
+for step in ${STEPS:-comparison}; do
+    case $step in
+        comparison) comparison ;;
+        holds) holds base; holds new; holds base; holds new ;;
+        model) model ;;
+        *) echo "unknown step $step"; exit 2 ;;
+    esac
 done
 stamp done
