@@ -15,10 +15,11 @@ and of a terminal state's zero value, is kept.
 Each worker keeps the running discounted return of its own episode,
 ``R_t = gamma * R_{t-1} + r_t`` (reset at episode start), and after every
 rollout merges the rollout's ``R_t`` values into the shared statistics
-(count, mean, M2) with Chan et al.'s parallel update, under a small lock: once
-per rollout, microseconds, so it costs Hogwild nothing.  Workers read the
-scale without the lock (a float; a stale read only delays the scale by one
-rollout).  The statistics are saved in checkpoints and restored on resume.
+(count, mean, M2) with Chan et al.'s parallel update: once per rollout, in
+one compiled call that holds the GIL (:func:`merge_stats`), so the merge is
+atomic among the worker threads without a lock and costs Hogwild nothing.
+Workers read the scale without a lock (a float; a stale read only delays
+the scale by one rollout).  The statistics are saved in checkpoints and restored on resume.
 
 Scaled rewards are clipped to ``[-clip, clip]`` (10 by default, as in
 VecNormalize), which bounds what one outlier reward does to the critic.
