@@ -175,3 +175,15 @@ def test_worker_targets_refuse_non_finite_rewards_naming_them():
         w.rollout()
     assert rn.count == 0
     np.testing.assert_array_equal(shared.params, before)
+
+
+def test_warm_up_compiles_the_signature_a_worker_calls():
+    from a3c_core.core.targets import rollout_targets, warm_up
+
+    warm_up()
+    before = list(rollout_targets.signatures)
+    for settings, adv, rn in ((RolloutSettings(t_max=10, normalize_advantages=True), "rms", True),
+                              (RolloutSettings(t_max=10, reward_scale=0.5, cross_episode=True,
+                                               policy_epsilon=0.1), None, False)):
+        _train(True, settings, AdvantageNormalizer() if adv else None, rn, rollouts=6)
+    assert list(rollout_targets.signatures) == before and len(before) == 1

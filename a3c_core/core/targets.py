@@ -37,7 +37,7 @@ from a3c_core._jit import kernel
 from a3c_core.core.normalize import (_running_returns_into, clip_into, merge_stats,
                                      scale_clip_into)
 
-__all__ = ["rollout_targets", "gae_into", "TARGETS_OK", "BAD_RETURNS", "BAD_ADVANTAGES"]
+__all__ = ["rollout_targets", "gae_into", "warm_up", "TARGETS_OK", "BAD_RETURNS", "BAD_ADVANTAGES"]
 
 TARGETS_OK, BAD_RETURNS, BAD_ADVANTAGES = 0, 1, 2
 
@@ -118,3 +118,20 @@ def rollout_targets(raw, n, seg_end, seg_boot, seg_ended, n_seg, reward_clip, fi
         for i in range(n):
             adv[i] = adv[i] * pg_w[i]
     return acc, TARGETS_OK, raw_sum
+
+
+def warm_up():
+    """Compile (or load) :func:`rollout_targets` for the argument types a
+    :class:`~a3c_core.train.worker.Worker` passes, on a 3-step rollout with
+    private statistics (the shared normalizers are not touched)."""
+    from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer
+
+    n = 3
+    f64, f32 = np.zeros(n), np.zeros(n, np.float32)
+    seg_end = np.zeros(n, np.int64)
+    seg_end[0] = n
+    rn, an = ReturnNormalizer(), AdvantageNormalizer()
+    return rollout_targets(np.zeros(n), n, seg_end, f64.copy(), np.zeros(n, np.bool_), 1,
+                           0.0, float("nan"), 0.99, 0.0, 10.0, rn.stats, rn.params, f32.copy(),
+                           1.0, an.stats, an.params, np.ones(n, np.float32), False, f64.copy(),
+                           f64.copy(), f64.copy(), f32.copy(), f32.copy(), f32.copy())

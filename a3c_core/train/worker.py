@@ -67,6 +67,7 @@ from a3c_core._safepoint import safe_point
 from a3c_core.core import gae
 from a3c_core.core.normalize import clip_into, running_returns, scale_clip_into
 from a3c_core.core.targets import BAD_ADVANTAGES, BAD_RETURNS, rollout_targets
+from a3c_core.core.targets import warm_up as warm_up_targets
 from a3c_core.sampling import sample_categorical, sample_mixed
 
 __all__ = ["RolloutSettings", "LossStats", "Store", "ThreadStore", "Worker"]
@@ -722,8 +723,8 @@ def helper_allowed() -> bool:
 
 def warm_up_network(net, cross_episode=False, parallel=None, mixed=False):
     """Run a worker's kernels once on ``net`` (compiling or loading them):
-    steps recorded and not (the bootstrap), the sampler and the
-    backward-only update; never ``loss_and_grad``'s batched forward, which a
+    steps recorded and not (the bootstrap), the sampler, the update's
+    targets and the backward-only update; never ``loss_and_grad``'s batched forward, which a
     worker does not call.  ``cross_episode``: also a rollout with a reset.
     ``mixed``: also the epsilon-mixture sampler (``policy_epsilon`` > 0).
 
@@ -772,6 +773,7 @@ def warm_up_network(net, cross_episode=False, parallel=None, mixed=False):
                     _, _, s = net.step(obs[t], s, record=True)
             net.rollout_grad(acts, zeros, zeros)
             safe_point()
+        warm_up_targets()       # the update's targets (core.targets), one kernel
     finally:
         if helper is not None:
             helper.stop()
@@ -863,7 +865,7 @@ def _watch_parent():
 
 def _helper_main():
     """Entry of the helper process: compile (into the cache) the kernels of
-    the backward-only update for ``argv[1]``'s network, over zero rows
+    the update (its targets, the backward-only pass) for ``argv[1]``'s network, over zero rows
     marked recorded (neither the step kernel, which the parent is compiling,
     nor the batched forward, which a worker never runs).  Exits when its
     parent is gone."""
@@ -873,3 +875,4 @@ def _helper_main():
     zeros = np.zeros(3, np.float32)
     net._zero_recording(3)      # zero rows: no batched-forward kernels to compile
     net.rollout_grad(np.zeros(3, np.int64), zeros, zeros)
+    warm_up_targets()
