@@ -754,6 +754,9 @@ def warm_up_network(net, cross_episode=False, parallel=None, mixed=False):
         sample_categorical(probs, 0.5)
         if mixed:
             sample_mixed(probs, 0.03, 0.5)
+        # the update's targets (core.targets): here, while a helper may still be
+        # compiling the backward's kernels
+        warm_up_targets()
         if helper is not None:
             helper.wait()
         zeros = np.zeros(3, np.float32)
@@ -773,7 +776,6 @@ def warm_up_network(net, cross_episode=False, parallel=None, mixed=False):
                     _, _, s = net.step(obs[t], s, record=True)
             net.rollout_grad(acts, zeros, zeros)
             safe_point()
-        warm_up_targets()       # the update's targets (core.targets), one kernel
     finally:
         if helper is not None:
             helper.stop()
@@ -865,7 +867,7 @@ def _watch_parent():
 
 def _helper_main():
     """Entry of the helper process: compile (into the cache) the kernels of
-    the update (its targets, the backward-only pass) for ``argv[1]``'s network, over zero rows
+    the backward-only update for ``argv[1]``'s network, over zero rows
     marked recorded (neither the step kernel, which the parent is compiling,
     nor the batched forward, which a worker never runs).  Exits when its
     parent is gone."""
@@ -875,4 +877,3 @@ def _helper_main():
     zeros = np.zeros(3, np.float32)
     net._zero_recording(3)      # zero rows: no batched-forward kernels to compile
     net.rollout_grad(np.zeros(3, np.int64), zeros, zeros)
-    warm_up_targets()
