@@ -33,7 +33,8 @@ import numpy as np
 
 from a3c_core._jit import kernel
 
-__all__ = ["ReturnNormalizer", "AdvantageNormalizer", "EntropyController", "running_returns"]
+__all__ = ["ReturnNormalizer", "AdvantageNormalizer", "EntropyController", "running_returns",
+           "merge_stats"]
 
 
 # The per-rollout statistics below run as compiled nogil kernels: as ~15
