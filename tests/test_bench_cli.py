@@ -641,3 +641,24 @@ def test_gil_holds_runs_and_restores_the_modules(capsys):
     assert (SH._hogwild, OP._hogwild) == hog
     with pytest.raises(SystemExit):
         gh.main(["--short-us", "0"])
+
+
+def test_batched_forward_reports_each_k(capsys):
+    """bench/batched_forward.py: one row per K, per-agent-step time = batched / K."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.spec_from_file_location(
+        "batched_forward", os.path.join(os.path.dirname(__file__), "..", "bench",
+                                        "batched_forward.py"))
+    bf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bf)
+    assert bf.main(["--ks", "1,3", "--reps", "1", "--calls", "1"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [int(r[0]) for r in rows] == [1, 3]
+    for k, batched, per_step, _ in rows:
+        assert float(per_step) == pytest.approx(float(batched) / int(k), abs=0.06)
+    with pytest.raises(SystemExit):
+        bf.main(["--ks", "0"])
+    with pytest.raises(SystemExit):
+        bf.main(["--ks", "a"])
