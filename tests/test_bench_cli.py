@@ -653,7 +653,7 @@ def test_batched_forward_reports_each_k(capsys):
                                         "batched_forward.py"))
     bf = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bf)
-    assert bf.main(["--ks", "1,3", "--reps", "1", "--calls", "1"]) == 0
+    assert bf.main(["--ks", "1,3", "--reps", "1", "--min-time", "0.001"]) == 0
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
     assert [int(r[0]) for r in rows] == [1, 3]
     for k, batched, per_step, _ in rows:
@@ -662,3 +662,5 @@ def test_batched_forward_reports_each_k(capsys):
         bf.main(["--ks", "0"])
     with pytest.raises(SystemExit):
         bf.main(["--ks", "a"])
+    with pytest.raises(SystemExit):
+        bf.main(["--min-time", "0"])

@@ -97,18 +97,6 @@ def running_returns(rewards, gamma, acc):
     return out, acc
 
 
-def _batch(values, who):
-    """``(n, mean, m2, sumsq)`` of ``values`` (as float64); ValueError naming
-    ``who`` on NaN or inf."""
-    x = np.asarray(values, dtype=np.float64).ravel()
-    if x.size == 0:
-        return 0, 0.0, 0.0, 0.0
-    mean, m2, sq, finite = _moments(x)
-    if not finite:
-        raise ValueError(f"{who} contain NaN or inf")
-    return x.size, mean, m2, sq
-
-
 # A normalizer's statistics live in one float64 array (``stats``) and are
 # merged by one compiled call that holds the GIL (nogil=False): no other
 # Python thread runs while it reads and writes them, so the merge is atomic
@@ -209,7 +197,9 @@ class ReturnNormalizer:
         return 1.0 / math.sqrt(m2 / n + self.eps)
 
     def state_dict(self) -> dict:
-        st = self.stats.copy()          # one consistent snapshot
+        return self._state_of(self.stats.copy())     # one consistent snapshot
+
+    def _state_of(self, st):
         return {"count": int(st[ST_COUNT]), "mean": float(st[ST_MEAN]),
                 "m2": float(st[ST_M2]), "gamma": self.gamma, "clip": self.clip}
 
@@ -267,13 +257,11 @@ class AdvantageNormalizer(ReturnNormalizer):
     def update(self, advantages) -> float:
         return self._merge(advantages, "AdvantageNormalizer.update: advantages")
 
-    def state_dict(self) -> dict:
-        st = self.stats.copy()
-        if self.horizon is None:
-            return super().state_dict()
-        return {"count": int(st[ST_COUNT]), "mean": float(st[ST_MEAN]), "m2": float(st[ST_M2]),
-                "gamma": self.gamma, "clip": self.clip, "horizon": self.horizon,
-                "mean_sq": float(st[ST_MEAN_SQ])}
+    def _state_of(self, st):
+        d = super()._state_of(st)
+        if self.horizon is not None:
+            d.update(horizon=self.horizon, mean_sq=float(st[ST_MEAN_SQ]))
+        return d
 
     def load_state_dict(self, d) -> None:
         if self.horizon is None:
