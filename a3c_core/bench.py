@@ -637,13 +637,13 @@ def bench_env(env, repeat, min_time) -> list[Row]:
 class _TrainerRun:
     """A real Trainer in a background thread, stopped by :meth:`stop`."""
 
-    def __init__(self, env, spec, workers, seed=0, limit_s=600.0):
+    def __init__(self, env, spec, workers, seed=0, limit_s=600.0, envs_per_worker=1):
         from a3c_core.train.config import Config
         from a3c_core.train.trainer import Trainer
 
         self.tmp = tempfile.TemporaryDirectory(prefix="a3c-bench-")
         cfg = Config(env=env, spec=spec, workers=workers, total_steps=0, total_seconds=float(limit_s),
-                     seed=seed, run_dir=os.path.join(self.tmp.name, "run"), quiet=True,
+                     seed=seed, envs_per_worker=int(envs_per_worker), run_dir=os.path.join(self.tmp.name, "run"), quiet=True,
                      tensorboard=False, checkpoint_interval=0.0, log_interval=1.0)
         self.trainer = Trainer(cfg, out=io.StringIO())
         es = self.trainer.env_spec if isinstance(self.trainer.env_spec, dict) else {}
@@ -698,16 +698,17 @@ class _TrainerRun:
             self.tmp.cleanup()
 
 
-def bench_e2e(env, spec, worker_counts, seconds, warmup) -> list[Row]:
+def bench_e2e(env, spec, worker_counts, seconds, warmup, envs_per_worker=1) -> list[Row]:
     rows, base = [], None
+    per = f", {envs_per_worker} envs each" if envs_per_worker > 1 else ""
     for n in worker_counts:
-        run = _TrainerRun(env, spec, n)
+        run = _TrainerRun(env, spec, n, envs_per_worker=envs_per_worker)
         run.start(warmup)
         rates, mean = run.sample_rates(seconds)
         run.stop()
         fs = run.frame_skip
         rows.append(Row(f"train steps/s w{n}", rates, "steps/s",
-                        f"{n} worker thread(s); mean {mean:.0f} over {seconds:g}s after warm-up",
+                        f"{n} worker thread(s){per}; mean {mean:.0f} over {seconds:g}s after warm-up",
                         {"workers": n, "mean": mean}))
         rows.append(Row(f"train frames/s w{n}", [r * fs for r in rates], "frames/s",
                         f"steps/s x frame skip {fs}; mean {mean * fs:.0f}", {"workers": n, "mean": mean * fs}))
@@ -882,7 +883,7 @@ def gil_blocked_fraction(cycles, baseline) -> float:
     return float(np.sum(np.maximum(0.0, cycles - baseline)) / max(np.sum(cycles), 1e-12))
 
 
-def bench_gil(env, spec, seconds, warmup) -> list[Row]:
+def bench_gil(env, spec, seconds, warmup, envs_per_worker=1) -> list[Row]:
     """GIL share of one training worker, by the probe of :func:`gil_waits`
     (or, without a time-stamp counter, :func:`gil_probe`)."""
     timed = gil_waits(0.01) is not None
@@ -897,7 +898,7 @@ def bench_gil(env, spec, seconds, warmup) -> list[Row]:
         noise = gil_blocked_fraction(alone, base)
         how = ("TSC unusable, previous probe: share of the probe's time lost beyond its alone "
                "cycle (200us nogil spin + GIL re-acquire)")
-    run = _TrainerRun(env, spec, 1)
+    run = _TrainerRun(env, spec, 1, envs_per_worker=envs_per_worker)
     try:
         run.start(warmup)
         _, sps_alone = run.sample_rates(seconds / 2)
@@ -915,7 +916,8 @@ def bench_gil(env, spec, seconds, warmup) -> list[Row]:
     else:
         fracs = [gil_blocked_fraction(c, base) for c in chunks]
         frac = gil_blocked_fraction(np.concatenate(chunks), base)
-    note = (f"{how}; alone {noise:.2%}; worker {sps_probe:.0f} steps/s with probe, "
+    per = f" ({envs_per_worker} envs)" if envs_per_worker > 1 else ""
+    note = (f"{how}; alone {noise:.2%}; worker{per} {sps_probe:.0f} steps/s with probe, "
             f"{sps_alone:.0f} without")
     if sps_alone > 0 and sps_probe < 0.9 * sps_alone:
         note = ("PERTURBED (worker >10% slower with the probe: no free core? rerun on a quiet "
@@ -977,6 +979,16 @@ def _parse_workers(s):
     return out
 
 
+def _parse_envs(s):
+    try:
+        k = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--envs-per-worker: expected an integer, got {s!r}") from None
+    if not 1 <= k <= 64:
+        raise argparse.ArgumentTypeError(f"--envs-per-worker: must be 1-64, got {k}")
+    return k
+
+
 def default_workers():
     n = os.cpu_count() or 1
     out, k = [], 1
@@ -1000,6 +1012,9 @@ def build_parser():
     p.add_argument("--seconds", type=float, default=None,
                    help="measured seconds per end-to-end point (default 6, --quick 2)")
     p.add_argument("--repeat", type=int, default=None, help="repetitions per micro-benchmark (default 7, --quick 3)")
+    p.add_argument("--envs-per-worker", type=_parse_envs, default=1,
+                   help="envs each training worker plays (end-to-end rows and the GIL probe; "
+                        "default 1)")
     p.add_argument("--t-max", type=int, default=20, help="rollout length of loss_and_grad/update (default 20)")
     p.add_argument("--sgemm-n", type=int, default=None, help="sgemm size n (default 1024, --quick 256)")
     p.add_argument("--quick", action="store_true", help="short runs (smoke test; numbers are rough)")
@@ -1165,11 +1180,11 @@ def main(argv=None) -> int:
     elif env is None:
         skipped.append("end-to-end and GIL (no env)")
     else:
-        add(bench_e2e(args.env, spec, workers, seconds, warmup))
+        add(bench_e2e(args.env, spec, workers, seconds, warmup, args.envs_per_worker))
         if args.skip_gil:
             skipped.append("GIL probe (--skip-gil)")
         else:
-            add(bench_gil(args.env, spec, max(seconds, 2.0), warmup))
+            add(bench_gil(args.env, spec, max(seconds, 2.0), warmup, args.envs_per_worker))
 
     print()
     print(format_table(rows))

@@ -1,6 +1,7 @@
 """Where a worker holds the GIL, by timestamps in the worker's own thread.
 
     python bench/gil_holds.py [--rollouts 300] [--repeats 3] [--short-us 40] [--episode 40]
+                              [--envs 1]
 
 The trainer's :class:`~a3c_core.train.worker.Worker` (doom-lstm, the
 default settings for doom:basic) runs on a stand-in env that spins ~250 µs
@@ -107,8 +108,8 @@ def instrument(worker, rec):
     for mod in (SH, OP):
         rec.saved.append((mod, "_hogwild", mod._hogwild))
         mod._hogwild = _Module(mod._hogwild, rec, "")
-    env = worker.env
-    rec.patch(env, "_spin", "env step (nogil spin)")
+    for env in worker.envs:
+        rec.patch(env, "_spin", "env step (nogil spin)")
     rec.patch(worker.pipe, "_prep", "preprocess")
     worker.net._bw_calls = {}        # the update's plan is rebuilt with the wrappers
 
@@ -127,15 +128,15 @@ def stretches(events, short_ns):
     return out
 
 
-def run_once(rollouts, short_us, episode):
+def run_once(rollouts, short_us, episode, n_envs=1):
     from a3c_core._blas import limit_blas_threads
     from a3c_core.obs import ObsPipeline
 
     limit_blas_threads(1)
     gp = _gil_parts()
-    env = gp._NoGilEnv(episode=episode)
-    pipe = ObsPipeline({"kind": "image", "out_shape": [84, 84]}, env.obs_shape)
-    w = gp._stand_in_worker(pipe, env)
+    envs = [gp._NoGilEnv(episode=episode) for _ in range(n_envs)]
+    pipe = ObsPipeline({"kind": "image", "out_shape": [84, 84]}, envs[0].obs_shape)
+    w = gp._stand_in_worker(pipe, envs if n_envs > 1 else envs[0])
     for _ in range(30):                    # compile / load, fill the normalizers
         w.rollout()
     rec = _Recorder()
@@ -165,10 +166,12 @@ def main(argv=None):
     ap.add_argument("--short-us", type=float, default=40.0,
                     help="calls shorter than this count as held (a waiter cannot wake in time)")
     ap.add_argument("--episode", type=int, default=40, help="stand-in episode length (steps)")
+    ap.add_argument("--envs", type=int, default=1,
+                    help="envs per worker (a rollout plays each; one update covers them)")
     a = ap.parse_args(argv)
-    if a.rollouts < 1 or a.repeats < 1 or a.short_us <= 0 or a.episode < 1:
-        ap.error("--rollouts, --repeats, --episode must be >= 1 and --short-us > 0")
-    runs = [run_once(a.rollouts, a.short_us, a.episode) for _ in range(a.repeats)]
+    if a.rollouts < 1 or a.repeats < 1 or a.short_us <= 0 or a.episode < 1 or a.envs < 1:
+        ap.error("--rollouts, --repeats, --episode, --envs must be >= 1 and --short-us > 0")
+    runs = [run_once(a.rollouts, a.short_us, a.episode, a.envs) for _ in range(a.repeats)]
     held = [r["held_us_step"] for r in runs]
     print(f"GIL held per agent step (stretches between calls of >= {a.short_us:g} us): "
           + ", ".join(f"{h:.1f}" for h in held) + f" us (median {statistics.median(held):.1f}); "

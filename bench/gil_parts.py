@@ -56,7 +56,8 @@ def main(argv=None):
     limit_blas_threads(1)
     env = make_env("doom:basic", seed=0)
     pipe = ObsPipeline(dict(env.preprocess_spec), env.obs_shape)
-    net = build_network("doom-lstm", pipe.net_obs_shape, env.n_actions)
+    first = env[0] if isinstance(env, list) else env
+    net = build_network("doom-lstm", pipe.net_obs_shape, first.n_actions)
     net.single_step_kernel = True
     obs_buf = np.zeros((21,) + pipe.net_obs_shape, np.float32)
     raw = env.reset()
@@ -195,14 +196,15 @@ class _NoGilEnv:
 
 def _stand_in_worker(pipe, env=None):
     """A Worker with the trainer's default settings for doom:basic on ``env``
-    (default: a :class:`_NoGilEnv`)."""
+    (default: a :class:`_NoGilEnv`; a list: a worker with those envs)."""
     from a3c_core import core
     from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer
     from a3c_core.nn.network import build_network
     from a3c_core.train.worker import RolloutSettings, ThreadStore, Worker
 
     env = _NoGilEnv() if env is None else env
-    net = build_network("doom-lstm", pipe.net_obs_shape, env.n_actions)
+    first = env[0] if isinstance(env, list) else env
+    net = build_network("doom-lstm", pipe.net_obs_shape, first.n_actions)
     shared = core.SharedState(net.params.copy(), core.Adam(net.n_params, lr=1e-4))
     store = ThreadStore(shared, ReturnNormalizer(0.99), None, AdvantageNormalizer())
     s = RolloutSettings(t_max=20, gamma=0.99, bootstrap_truncated=False,

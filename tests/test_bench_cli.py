@@ -194,6 +194,27 @@ def test_blas_kernels_reports_each_setting(capsys, monkeypatch):
 def test_bench_rejects_bad_workers():
     with pytest.raises(SystemExit):
         bench.main(["--workers", "0,x"])
+    for bad in ("0", "65", "two"):
+        with pytest.raises(SystemExit):
+            bench.main(["--envs-per-worker", bad])
+
+
+def test_bench_e2e_with_several_envs_per_worker(monkeypatch):
+    """The training rows of a worker with 2 envs: its worker really played
+    2 envs, and the notes say so."""
+    pytest.importorskip("gymnasium")
+    seen = []
+
+    class Spy(bench._TrainerRun):
+        def stop(self):
+            seen.append([w.n_envs for w in self.trainer.workers if w is not None])
+            return super().stop()
+
+    monkeypatch.setattr(bench, "_TrainerRun", Spy)
+    rows = bench.bench_e2e("CartPole-v1", "mlp", [1], 0.6, 0.2, envs_per_worker=2)
+    assert seen == [[2]]
+    assert rows[0].name == "train steps/s w1" and "2 envs each" in rows[0].notes
+    assert rows[0].median > 0
 
 
 def test_stay_check_on_a_known_run(tmp_path, capsys):
@@ -639,8 +660,12 @@ def test_gil_holds_runs_and_restores_the_modules(capsys):
     assert {(m.__name__, k): v for m in (K, W) for k, v in vars(m).items()
             if isinstance(v, Dispatcher)} == before
     assert (SH._hogwild, OP._hogwild) == hog
-    with pytest.raises(SystemExit):
-        gh.main(["--short-us", "0"])
+    # a worker with 2 envs: both envs' steps are timed, one update per 2 parts
+    assert gh.main(["--rollouts", "3", "--repeats", "1", "--episode", "7", "--envs", "2"]) == 0
+    assert "env step (nogil spin)" in capsys.readouterr().out
+    for bad in (["--short-us", "0"], ["--envs", "0"]):
+        with pytest.raises(SystemExit):
+            gh.main(bad)
 
 
 def test_batched_forward_reports_each_k(capsys):

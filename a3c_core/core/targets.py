@@ -60,27 +60,37 @@ def gae_into(r, v, boot, gamma, lam, ret, adv):
 
 
 @kernel(nogil=False, fastmath=False)
-def rollout_targets(raw, n, seg_end, seg_boot, seg_ended, n_seg, reward_clip, fixed_scale,
-                    gamma, acc, norm_clip, rn_stats, rn_params, values, lam, an_stats,
+def rollout_targets(raw, n, seg_end, seg_boot, seg_ended, seg_acc, seg_raw, n_seg, reward_clip,
+                    fixed_scale, gamma, norm_clip, rn_stats, rn_params, values, lam, an_stats,
                     an_params, pg_w, use_pg, clip_buf, rets_buf, adv64_buf, rewards, ret, adv):
     """Steps 1-5 of the module docstring for the first ``n`` steps.
 
     ``raw`` (float64), ``values``/``pg_w`` (float32): the rollout's arrays.
     Segment k covers ``[seg_end[k-1], seg_end[k])`` (from 0), bootstraps
     from ``seg_boot[k]`` and, when ``seg_ended[k]``, ends its episode (the
-    running return restarts after it).  ``fixed_scale``: NaN to normalize
-    with ``rn_stats``/``rn_params`` (a ReturnNormalizer's ``stats`` and
-    ``params``), else the fixed reward scale.  ``an_stats`` of size 0: no
-    advantage normalization.  ``clip_buf``, ``rets_buf``, ``adv64_buf``
-    (float64) are scratch of at least ``n``; ``rewards``, ``ret``, ``adv``
-    (float32) receive the results.  Returns ``(running return after the
-    rollout, status, sum of the raw rewards)`` (the sum in time order):
-    status BAD_RETURNS or BAD_ADVANTAGES when a merge met a NaN or inf (that
+    running return restarts after it).  ``seg_acc[k]`` (float64, in and
+    out): in, the running discounted return segment k starts from, or NaN
+    to continue from the segment before (segment 0 must give one; a worker
+    with several envs gives each env's first segment that env's); out, the
+    running return after segment k (0 after an ended one), which is left as
+    it was with a fixed scale.  ``seg_raw[k]`` (float64, out): the sum of
+    segment k's raw rewards in time order.  ``fixed_scale``: NaN to
+    normalize with ``rn_stats``/``rn_params`` (a ReturnNormalizer's
+    ``stats`` and ``params``), else the fixed reward scale.  ``an_stats``
+    of size 0: no advantage normalization.  ``clip_buf``, ``rets_buf``,
+    ``adv64_buf`` (float64) are scratch of at least ``n``; ``rewards``,
+    ``ret``, ``adv`` (float32) receive the results.  Returns ``status``:
+    BAD_RETURNS or BAD_ADVANTAGES when a merge met a NaN or inf (that
     normalizer unchanged, the outputs incomplete).
     """
-    raw_sum = 0.0
-    for i in range(n):
-        raw_sum += raw[i]
+    a0 = 0
+    for k in range(n_seg):
+        b0 = seg_end[k]
+        s = 0.0
+        for i in range(a0, b0):
+            s += raw[i]
+        seg_raw[k] = s
+        a0 = b0
     r = raw[:n]
     if reward_clip > 0:
         clip_into(r, -reward_clip, reward_clip, clip_buf[:n])
@@ -90,15 +100,19 @@ def rollout_targets(raw, n, seg_end, seg_boot, seg_ended, n_seg, reward_clip, fi
             rewards[i] = r[i] * fixed_scale
     else:
         a0 = 0
+        acc = 0.0
         for k in range(n_seg):
             b0 = seg_end[k]
+            if seg_acc[k] == seg_acc[k]:
+                acc = seg_acc[k]
             acc = _running_returns_into(r[a0:b0], gamma, acc, rets_buf[a0:b0])
             if seg_ended[k]:
                 acc = 0.0
+            seg_acc[k] = acc
             a0 = b0
         scale = merge_stats(rn_stats, rn_params, rets_buf[:n])
         if scale < 0:
-            return acc, BAD_RETURNS, raw_sum
+            return BAD_RETURNS
         scale_clip_into(r, scale, norm_clip, rewards[:n])
     a0 = 0
     for k in range(n_seg):
@@ -110,14 +124,14 @@ def rollout_targets(raw, n, seg_end, seg_boot, seg_ended, n_seg, reward_clip, fi
             adv64_buf[i] = adv[i]
         scale = merge_stats(an_stats, an_params, adv64_buf[:n])
         if scale < 0:
-            return acc, BAD_ADVANTAGES, raw_sum
+            return BAD_ADVANTAGES
         s32 = np.float32(scale)
         for i in range(n):
             adv[i] = adv[i] * s32
     if use_pg:
         for i in range(n):
             adv[i] = adv[i] * pg_w[i]
-    return acc, TARGETS_OK, raw_sum
+    return TARGETS_OK
 
 
 def warm_up():
@@ -131,7 +145,8 @@ def warm_up():
     seg_end = np.zeros(n, np.int64)
     seg_end[0] = n
     rn, an = ReturnNormalizer(), AdvantageNormalizer()
-    return rollout_targets(np.zeros(n), n, seg_end, f64.copy(), np.zeros(n, np.bool_), 1,
-                           0.0, float("nan"), 0.99, 0.0, 10.0, rn.stats, rn.params, f32.copy(),
-                           1.0, an.stats, an.params, np.ones(n, np.float32), False, f64.copy(),
-                           f64.copy(), f64.copy(), f32.copy(), f32.copy(), f32.copy())
+    return rollout_targets(np.zeros(n), n, seg_end, f64.copy(), np.zeros(n, np.bool_),
+                           f64.copy(), f64.copy(), 1, 0.0, float("nan"), 0.99, 10.0, rn.stats,
+                           rn.params, f32.copy(), 1.0, an.stats, an.params,
+                           np.ones(n, np.float32), False, f64.copy(), f64.copy(), f64.copy(),
+                           f32.copy(), f32.copy(), f32.copy())

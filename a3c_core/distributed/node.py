@@ -285,16 +285,20 @@ class Node:
             cores = _allowed_cores() if cfg.pin_threads else []
             if cores:
                 _pin_thread({cores[(core_offset + i) % len(cores)]})
-            env = self.envs[i] = make_env(
-                cfg.env, seed=_seed_of(cfg.seed, gw, st["resumes"], self.nonce),
-                frame_skip=cfg.frame_skip, runtime_dir=self.runtime_dir, **cfg.env_kwargs())
+            K = cfg.envs_per_worker
+            envs = self.envs[i] = []
+            for j in range(K):          # (env j > 0: envs_per_worker)
+                key = (cfg.seed, gw, st["resumes"], self.nonce) + ((j,) if j else ())
+                envs.append(make_env(cfg.env, seed=_seed_of(*key), frame_skip=cfg.frame_skip,
+                                     runtime_dir=self.runtime_dir, **cfg.env_kwargs()))
+            env = envs[0]
             pipe = ObsPipeline(st["pipeline_spec"], env.obs_shape)
             net = self._build_network(st["spec_name"], pipe.net_obs_shape, env.n_actions,
                                       seed=cfg.seed, **st["net_kwargs"])
             rng = np.random.default_rng([cfg.seed, gw, st["resumes"], self.nonce])
             offset = (i * self.shared.n_params // self.n_workers) // 16 * 16
-            w = self.workers[i] = Worker(gw, env, net, pipe, self.store, st["settings"], rng,
-                                         offset=offset)
+            w = self.workers[i] = Worker(gw, envs if K > 1 else env, net, pipe, self.store,
+                                         st["settings"], rng, offset=offset)
             with blas_threads(1):
                 w.run(self.stop_event)
         except BaseException:  # noqa: BLE001 - reported to the driver by poll()
@@ -351,13 +355,13 @@ class Node:
         return dt
 
     def _close_envs(self):
-        for i, env in enumerate(self.envs):
-            if env is not None:
+        for i, envs in enumerate(self.envs):
+            for env in envs or ():        # (worker i's envs, as they were made)
                 try:
                     env.close()
                 except Exception:  # noqa: BLE001 - closing the rest matters more
                     pass
-                self.envs[i] = None
+            self.envs[i] = None
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
 
 

@@ -77,6 +77,7 @@ def _f(default, help, **kw):
 # Sane ranges: (low, high) inclusive; a value outside is an error naming the field.
 _RANGES = {
     "workers": (0, 256),
+    "envs_per_worker": (1, 64),
     "t_max": (1, 10_000),
     "min_rollout": (0, 10_000),
     "merge_below": (0.0, 1e9),
@@ -118,6 +119,7 @@ class Config:
     hidden: Optional[str] = _f(None, "hidden layer sizes of the mlp/mlp-lstm encoder, comma separated (default 64,64; rejected for image specs)")
     lstm_size: Optional[int] = _f(None, "LSTM size (default: the spec's, 256 for doom-lstm/atari-lstm, 64 for mlp-lstm)")
     workers: int = _f(0, "number of worker threads, 0-256 (0 = number of CPU cores)")
+    envs_per_worker: int = _f(1, "envs each worker thread plays, 1-64: a rollout plays each in turn for up to t_max steps (each with its own LSTM state and episodes, the same parameters) and one update covers them all, so an update's fixed costs (its Python, the clip and apply passes over the flat arrays) are paid once per envs_per_worker x t_max steps. 1 = the A3C paper's worker")
     pin_threads: bool = _f(True, "pin worker i and its ViZDoom engine process to core i mod cores (Linux; +33 percent steps/s with 1 worker on 2 cores)")
     t_max: int = _f(20, "rollout length: steps per update (truncated BPTT window), 1-10000")
     gamma: float = _f(0.99, "discount factor, in [0, 1]")

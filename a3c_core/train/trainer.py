@@ -231,7 +231,7 @@ class Trainer:
         # while the engine renders, so the core never idles and its caches stay
         # warm (measured: 1 worker on 2 cores 1,040 -> 1,476 steps/s).
         self._cores = _allowed_cores() if cfg.pin_threads else []
-        self._envs = [None] * self.n_workers
+        self._envs = [None] * (self.n_workers * cfg.envs_per_worker)
         try:
             self._envs[0] = self._new_env(0, main_thread=True)  # unknown ids fail before any file is written
             self._setup(ckpt, SharedState, make_optimizer, ReturnNormalizer, AdvantageNormalizer)
@@ -256,16 +256,22 @@ class Trainer:
         self.stop_reason = None
 
     # -- setup helpers ---------------------------------------------------
-    def _env_seed(self, wid):
+    def _env_seed(self, wid, j=0):
+        """Env ``j`` of worker ``wid`` (``j`` > 0 with envs_per_worker > 1)."""
+        if j:
+            return _seed_of(self.cfg.seed, wid, self.resumes, j)
         return _seed_of(self.cfg.seed, wid, self.resumes)
 
-    def _new_env(self, wid, main_thread=False):
+    def _new_env(self, e, main_thread=False):
+        """Env ``e`` of ``_envs``: env ``e % envs_per_worker`` of worker
+        ``e // envs_per_worker``."""
         cfg = self.cfg
+        wid, j = divmod(e, cfg.envs_per_worker)
         if main_thread and self._cores:
             mask = set(self._cores)
             _pin_thread({self._cores[0]})
         try:
-            return self._make_env(cfg.env, seed=self._env_seed(wid), frame_skip=cfg.frame_skip,
+            return self._make_env(cfg.env, seed=self._env_seed(wid, j), frame_skip=cfg.frame_skip,
                                   runtime_dir=os.path.join(self.run_dir, "vizdoom"),
                                   **cfg.env_kwargs())
         finally:
@@ -505,16 +511,21 @@ class Trainer:
     def _make_worker(self, wid):
         from a3c_core.nn.network import build_network
 
-        env = self._envs[wid]
-        if env is None:
-            env = self._envs[wid] = self._new_env(wid)
+        K = self.cfg.envs_per_worker
+        envs = []
+        for e in range(wid * K, (wid + 1) * K):
+            if self._envs[e] is None:
+                self._envs[e] = self._new_env(e)
+            envs.append(self._envs[e])
+        env = envs[0]
         pipe = ObsPipeline(self.pipeline_spec, env.obs_shape)
         net = build_network(self.spec_name, pipe.net_obs_shape, env.n_actions,
                             seed=self.cfg.seed, **self.net_kwargs)
         rng = np.random.default_rng([self.cfg.seed, wid, self.resumes])
         # staggered start of this worker's optimizer sweep (see core.optim)
         offset = (wid * self.shared.n_params // self.n_workers) // 16 * 16
-        return Worker(wid, env, net, pipe, self.store, self._settings(), rng, offset=offset)
+        return Worker(wid, envs if K > 1 else env, net, pipe, self.store, self._settings(), rng,
+                      offset=offset)
 
     def _worker_main(self, wid):
         try:

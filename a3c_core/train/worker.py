@@ -1,7 +1,8 @@
 """One A3C worker: rollout collection and update, behind a small shared-state seam.
 
-A :class:`Worker` owns an env, a local network (params, grads, LSTM state),
-its preprocessing, its RNG and its rollout buffers.  Everything it shares with
+A :class:`Worker` owns one env or several (``envs_per_worker``), a local
+network (params, grads, an LSTM state per env), its preprocessing, its RNG
+and its rollout buffers.  Everything it shares with
 other workers goes through a :class:`Store` with these operations:
 
 * ``pull(local_params)`` - copy the global parameters into the local ones;
@@ -50,6 +51,18 @@ One rollout (:meth:`Worker.rollout`):
 
 The rollout keeps ``obs_buf[n]`` (the observation after the last step) and
 moves it to ``obs_buf[0]`` for the next rollout of the same episode.
+
+A worker with K envs plays steps 2-3 for each env in turn, with the same
+local parameters: env k's part is recorded from the row where env k-1's
+ended, from env k's own LSTM state (a new segment: no gradient flows between
+envs), and bootstraps on its own.  Step 4 then runs once over all the rows:
+the returns per segment (each env's running return for the normalizer its
+own), one backward, one ``store.apply``.  The update is the sum of the K
+parts' gradients (tests/test_envs_per_worker.py), and its fixed costs (the
+Python between the kernels, the clip and apply passes over the flat arrays)
+are paid once per K rollouts' steps.  Each env's fields (``env``,
+``state``, ``obs_buf``, ``ep_return``... :attr:`Worker.ENV_FIELDS`) are the
+worker's own while it plays that env (:meth:`Worker._use`).
 """
 from __future__ import annotations
 
@@ -248,7 +261,9 @@ class Worker:
 
     Args:
         wid: worker index (for episode records and the sweep offset).
-        env: an :class:`~a3c_core.envs.Env`.
+        env: an :class:`~a3c_core.envs.Env`, or a list of them: each
+            rollout plays each env in turn and one update covers them all
+            (see the module docstring).
         net: this worker's own :class:`~a3c_core.nn.network.Network`.
         pipeline: :class:`~a3c_core.obs.ObsPipeline` raw obs -> net input.
         store: the shared-state seam.
@@ -266,7 +281,14 @@ class Worker:
     def __init__(self, wid, env, net, pipeline, store, settings, rng, *, offset=0,
                  fused_act=True, fused_targets=True):
         self.wid = wid
-        self.env = env
+        envs = list(env) if isinstance(env, (list, tuple)) else [env]
+        if not envs:
+            raise ValueError("Worker: needs at least one env")
+        #: the worker's envs; each rollout plays each of them in turn (one
+        #: part of up to t_max steps each) and one update covers all the parts
+        self.envs = envs
+        self.n_envs = len(envs)
+        self.env = envs[0]
         self.net = net
         if hasattr(net, "single_step_kernel"):
             net.single_step_kernel = True     # one compiled step kernel (nn.network)
@@ -276,8 +298,9 @@ class Worker:
         self.rng = rng
         self.offset = int(offset)
         self.stats = LossStats()
-        T = settings.t_max
-        self.obs_buf = np.zeros((T + 1,) + tuple(pipeline.net_obs_shape), net.dtype)
+        #: rows of one rollout: t_max per env
+        self._rows = T = settings.t_max * self.n_envs
+        self.obs_buf = np.zeros((settings.t_max + 1,) + tuple(pipeline.net_obs_shape), net.dtype)
         self.actions = np.zeros(T, np.int64)
         self.rewards = np.zeros(T, np.float32)   # rewards used for learning
         self.raw_rewards = np.zeros(T, np.float64)
@@ -289,6 +312,9 @@ class Worker:
         self._seg_end = np.zeros(T, np.int64)
         self._seg_boot = np.zeros(T, np.float64)
         self._seg_ended = np.zeros(T, np.bool_)
+        self._seg_acc = np.zeros(T, np.float64)    # running return in (NaN: continue) / out
+        self._seg_raw = np.zeros(T, np.float64)    # raw reward sum per segment
+        self._last_seg = [0] * self.n_envs          # each env's last segment in a rollout
         self._rets_buf = np.zeros(T, np.float64)
         self._adv64_buf = np.zeros(T, np.float64)
         self._ret = np.zeros(T, np.float32)
@@ -325,15 +351,42 @@ class Worker:
         self._len_sum = 0
         #: rollouts run on into the next episode (merge_below's switch is on)
         self.merging = False
+        # env k's own fields (ENV_FIELDS) while another env is the current one
+        # (_use); env 0 starts as the current one
+        self._cur = 0
+        self._slots = [None] + [self._fresh_slot(e) for e in envs[1:]]
+
+    #: the per-env fields of a worker: the env, its LSTM state, the frame or
+    #: obs a rollout carries to the next, its episode's running figures
+    ENV_FIELDS = ("env", "state", "_frame", "ep_return", "ep_length", "_ret_acc", "_started",
+                  "obs_buf")
+
+    def _fresh_slot(self, env):
+        return {"env": env, "state": None, "_frame": None, "ep_return": 0.0, "ep_length": 0,
+                "_ret_acc": 0.0, "_started": False, "obs_buf": np.zeros_like(self.obs_buf)}
+
+    def _use(self, k):
+        """Make env ``k`` the current one: its fields become the worker's
+        ``env``, ``state``, ``obs_buf``... (the current env's are kept aside)."""
+        if k == self._cur:
+            return
+        slot = self._slots[k]
+        old = {}
+        for f in self.ENV_FIELDS:
+            old[f] = getattr(self, f)
+            setattr(self, f, slot[f])
+        self._slots[self._cur] = old
+        self._slots[k] = None
+        self._cur = k
 
     #: rollouts' worth of uniforms drawn per rng call (see _uniforms)
     UNIFORM_BLOCK = 64
 
     def _uniforms(self):
-        """This rollout's ``t_max`` uniforms for the sampler: the next
-        ``t_max`` values of one ``rng.random`` stream (as a call of
-        ``rng.random(t_max)`` per rollout would draw them)."""
-        T = self.s.t_max
+        """This rollout's ``t_max`` uniforms per env for the sampler: the
+        next ``t_max * n_envs`` values of one ``rng.random`` stream (as a
+        call of ``rng.random(t_max * n_envs)`` per rollout would draw them)."""
+        T = self._rows
         pos = self._u_pos
         if pos + T > self._u_buf.shape[0] or self._u_rng is not self.rng:
             self._u_rng = self.rng           # (a new rng starts a new block)
@@ -394,42 +447,89 @@ class Worker:
 
     # -- one rollout + update ------------------------------------------------
     def rollout(self):
-        """Collect up to ``t_max`` steps and apply one update.
+        """Collect up to ``t_max`` steps from each env and apply one update.
 
-        Returns ``(n, terminated, truncated, applied)`` (with
-        ``cross_episode``: n = t_max; with either it or ``min_steps``, the
-        flags are those of the rollout's last step).
+        Returns ``(n, terminated, truncated, applied)``: n the rollout's steps
+        over all its envs (with ``cross_episode``: ``t_max`` each); the flags
+        are those of the last env's last step.
         """
-        if self.s.cross_episode or self.s.min_steps > 1 or self.merging:
-            return self._rollout_across()
+        if not self._fresh:
+            self.store.pull(self.net.params)
+        self._fresh = False
+        across = self.s.cross_episode or self.s.min_steps > 1 or self.merging
+        T = self.s.t_max
+        # the steps record their activations (fixed local params during the
+        # rollout), so the update runs only the backward pass
+        self.net.begin_rollout(self._rows)
+        u = self._uniforms()
+        K = self.n_envs
+        off = n_seg = 0
+        ended = None                # (paper rollouts) envs whose episode ends after the update
+        last_seg = self._last_seg
+        for k in range(K):
+            if K > 1:
+                self._use(k)
+            uk = u[k * T:(k + 1) * T]
+            if across:
+                n, term, trunc, n_seg = self._collect_across(off, uk, n_seg)
+            else:
+                n, term, trunc, n_seg = self._collect(off, uk, n_seg)
+                if term or trunc:
+                    ended = [k] if ended is None else ended + [k]
+            last_seg[k] = n_seg - 1
+            off += n
+        ret, adv = self._targets(off, n_seg)
+        seg_acc, seg_raw = self._seg_acc, self._seg_raw
+        normalized = self.s.reward_scale is None
+        for k in range(K):
+            j = last_seg[k]
+            if k == self._cur:
+                if normalized:
+                    self._ret_acc = float(seg_acc[j])
+                if not across:              # (across: ep_return is added per step)
+                    self.ep_return += float(seg_raw[j])
+            else:
+                slot = self._slots[k]
+                if normalized:
+                    slot["_ret_acc"] = float(seg_acc[j])
+                if not across:
+                    slot["ep_return"] += float(seg_raw[j])
+        applied = self._apply_update(off, ret, adv)
+        self.store.add_steps(off)
+        if ended is not None:
+            defer = self.actor is not None
+            for k in ended:
+                if K > 1:
+                    self._use(k)
+                self._frame = self._end_of_life(defer=defer)
+        return off, term, trunc, applied
+
+    def _collect(self, off, u, j):
+        """The current env's part of a rollout, as in the A3C paper: up to
+        ``t_max`` steps, ending with its episode, recorded from row ``off``;
+        segment ``j``.  Returns ``(n, terminated, truncated, j + 1)``."""
         act = self.actor
         if not self._started:
             self._frame = self.start_episode(defer=act is not None)
         s, net, env, pipe = self.s, self.net, self.env, self.pipe
         obs_buf, actions, raw, values = self.obs_buf, self.actions, self.raw_rewards, self.values
-        if not self._fresh:
-            self.store.pull(net.params)
-        self._fresh = False
         state = self.state
-        u = self._uniforms()
-        acc0 = self._ret_acc
+        self._seg_acc[j] = self._ret_acc
         term = trunc = False
         n = s.t_max
-        # the steps record their activations (fixed local params during the
-        # rollout), so the update runs only the backward pass
         eps = s.policy_epsilon
         pg_w = self.pg_weights
-        net.begin_rollout(s.t_max)
         if act is not None:
             # one compiled call per step: the previous step's frame goes in raw
             # (preprocessed into obs_buf[t] there), the action comes out; a
             # rollout's first frame (an episode's first, or the one the last
-            # rollout bootstrapped from) may wait in self._frame
+            # rollout bootstrapped from) may wait in self._frame.  The env's
+            # first row is a new segment when off > 0 (its own state).
             frame, self._frame = self._frame, None
             for t in range(s.t_max):
-                a = act(t, obs_buf[t], u[t], frame, state if t == 0 else None)
+                a = act(off + t, obs_buf[t], u[t], frame, state if t == 0 else None)
                 frame, r, term, trunc = env.step(a)
-                raw[t] = r
+                raw[off + t] = r
                 if term or trunc:
                     n = t + 1
                     break
@@ -438,13 +538,13 @@ class Worker:
             for t in range(s.t_max):
                 probs, v, state = net.step(obs_buf[t], state, record=True)
                 if eps:
-                    a, pg_w[t] = sample_mixed(probs, eps, u[t])
+                    a, pg_w[off + t] = sample_mixed(probs, eps, u[t])
                 else:
                     a = sample_categorical(probs, u[t])
                 obs, r, term, trunc = env.step(a)
-                actions[t] = a
-                raw[t] = r
-                values[t] = v
+                actions[off + t] = a
+                raw[off + t] = r
+                values[off + t] = v
                 pipe(obs, obs_buf[t + 1])
                 if term or trunc:
                     n = t + 1
@@ -459,25 +559,19 @@ class Worker:
             boot = act.value(obs_buf[0], state, frame)
         else:  # cut by t_max, or by a time limit that is bootstrapped (not recorded)
             _, boot, _ = net.step(obs_buf[n], state)
-        self._seg_end[0] = n
-        self._seg_boot[0] = boot
-        self._seg_ended[0] = False     # (the running return restarts in _end_of_life)
-        ret, adv, raw_sum = self._targets(n, 1, acc0)
-        self.ep_return += raw_sum
-        applied = self._apply_update(n, ret, adv)
-        self.store.add_steps(n)
-        if term or trunc:
-            self._frame = self._end_of_life(defer=act is not None)
-        elif act is None:
+        if not (term or trunc) and act is None:
             obs_buf[0] = obs_buf[n]
-        return n, term, trunc, applied
+        self._seg_end[j] = off + n
+        self._seg_boot[j] = boot
+        self._seg_ended[j] = False     # (the running return restarts in _end_of_life)
+        return n, term, trunc, j + 1
 
-    def _rollout_across(self):
-        """:meth:`rollout` with ``cross_episode`` (always ``t_max`` steps) or
+    def _collect_across(self, off, u, j):
+        """:meth:`_collect` with ``cross_episode`` (always ``t_max`` steps) or
         ``min_steps`` (at least ``min_steps``, then up to the next episode
-        end, at most ``t_max``).
+        end, at most ``t_max``); segments from ``j`` on.
 
-        An episode that ends at step t is reported and, while the rollout
+        An episode that ends at step t is reported and, while the env's part
         holds fewer than ``min_steps`` steps, the next one starts in the same
         rollout (its first observation in ``obs_buf[t + 1]``, the LSTM state
         reset: the network records the reset and its backward lets no
@@ -492,9 +586,6 @@ class Worker:
             self._frame = self.start_episode(defer=act is not None)
         s, net, env, pipe = self.s, self.net, self.env, self.pipe
         obs_buf, actions, raw, values = self.obs_buf, self.actions, self.raw_rewards, self.values
-        if not self._fresh:
-            self.store.pull(net.params)
-        self._fresh = False
         T = s.t_max
         if s.cross_episode:
             k_min = T
@@ -503,31 +594,29 @@ class Worker:
         else:          # merge_below's switch is on
             k_min = max(T // 2, 1)
         state = self.state
-        u = self._uniforms()
-        acc0 = self._ret_acc
+        acc0 = self._ret_acc      # (an episode that ends below restarts it)
         segs = []             # (start, end, bootstrap value, episode ended)
         start = 0
         n = T
         term = trunc = False
         eps = s.policy_epsilon
         pg_w = self.pg_weights
-        net.begin_rollout(T)
         frame, self._frame = self._frame, None   # (fused act) the frame obs_buf[t] waits for
         given = state           # (fused act) the state a step starts from, None: the last row's
         for t in range(T):
             if act is not None:
-                a = act(t, obs_buf[t], u[t], frame, given)
+                a = act(off + t, obs_buf[t], u[t], frame, given)
                 given = None
             else:
                 probs, v, state = net.step(obs_buf[t], state, record=True)
                 if eps:
-                    a, pg_w[t] = sample_mixed(probs, eps, u[t])
+                    a, pg_w[off + t] = sample_mixed(probs, eps, u[t])
                 else:
                     a = sample_categorical(probs, u[t])
-                actions[t] = a
-                values[t] = v
+                actions[off + t] = a
+                values[off + t] = v
             obs, r, term, trunc = env.step(a)
-            raw[t] = r
+            raw[off + t] = r
             self.ep_return += float(r)
             self.ep_length += 1
             if term or trunc:
@@ -560,23 +649,25 @@ class Worker:
                 _, boot, _ = net.step(obs_buf[n], state)
             segs.append((start, n, float(boot), False))
         self.state = state
+        self._seg_acc[j] = acc0
         for k, (_, b0, boot, ended) in enumerate(segs):
-            self._seg_end[k] = b0
-            self._seg_boot[k] = boot
-            self._seg_ended[k] = ended
-        ret, adv, _ = self._targets(n, len(segs), acc0)   # (ep_return: added per step)
-        applied = self._apply_update(n, ret, adv)
-        self.store.add_steps(n)
+            self._seg_end[j + k] = off + b0
+            self._seg_boot[j + k] = boot
+            self._seg_ended[j + k] = ended
+            if k:
+                self._seg_acc[j + k] = np.nan     # (continues the segment before)
         if act is not None:
             self._frame = frame          # an episode's first frame, not preprocessed yet
         else:
             obs_buf[0] = obs_buf[n]
-        return n, term, trunc, applied
+        return n, term, trunc, j + len(segs)
 
-    def _scale_segments(self, segs, acc0):
+    def _scale_segments(self, segs):
         """Raw rewards -> learning rewards over a rollout's segments (clip,
-        then the fixed scale, or the running returns, restarting at each
-        episode, merged into the normalizer once and their scale)."""
+        then the fixed scale, or the running returns, each segment from its
+        ``_seg_acc`` or the one before's, restarting after each episode end,
+        merged into the normalizer once, and their scale; ``_seg_acc`` gets
+        the running return after each segment)."""
         s = self.s
         T = segs[-1][1]
         r = self._clipped_rewards(T)
@@ -584,13 +675,16 @@ class Worker:
             np.multiply(r, s.reward_scale, out=self.rewards[:T], casting="unsafe")
             return
         rets = []
-        acc = acc0
-        for a0, b0, _, ended in segs:
+        acc = 0.0
+        for k, (a0, b0, _, ended) in enumerate(segs):
+            start = float(self._seg_acc[k])
+            if start == start:
+                acc = start
             rr, acc = running_returns(r[a0:b0], s.gamma, acc)
             rets.append(rr)
             if ended:
                 acc = 0.0
-        self._ret_acc = acc
+            self._seg_acc[k] = acc
         scale = self.store.reward_scale(np.concatenate(rets) if len(rets) > 1 else rets[0])
         scale_clip_into(r, float(scale), float(s.norm_clip), self.rewards[:T])
 
@@ -604,25 +698,27 @@ class Worker:
             return out
         return r
 
-    def _targets(self, n, n_seg, acc0):
-        """``(returns, advantages, raw reward sum)`` (float32 ``(n,)`` each,
-        and the float64 sum of the raw rewards in time order) of the rollout's
+    def _targets(self, n, n_seg):
+        """``(returns, advantages)`` (float32 ``(n,)`` each) of the rollout's
         first ``n`` steps in ``n_seg`` segments (``_seg_end``/``_seg_boot``/
-        ``_seg_ended``), from the running return ``acc0``: rewards clipped and
-        scaled (into :attr:`rewards`; the normalizer merged), GAE per
-        segment, advantages normalized and weighted by ``pg_weights`` (the
-        gradient of -A log q(a), q the mixture the steps were sampled from).
-        One compiled call (core.targets) or, without the store's arrays, the
-        separate calls; the same values."""
+        ``_seg_ended``, the running returns they start from in ``_seg_acc``):
+        rewards clipped and scaled (into :attr:`rewards`; the normalizer
+        merged), GAE per segment, advantages normalized and weighted by
+        ``pg_weights`` (the gradient of -A log q(a), q the mixture the steps
+        were sampled from).  Afterwards ``_seg_acc[k]`` holds the running
+        return after segment k (with normalized rewards) and ``_seg_raw[k]``
+        the sum of its raw rewards in time order.  One compiled call
+        (core.targets) or, without the store's arrays, the separate calls;
+        the same values."""
         s = self.s
         if self._stats is None:
-            return self._targets_separate(n, n_seg, acc0)
+            return self._targets_separate(n, n_seg)
         rn_st, rn_prm, an_st, an_prm = self._stats
         fixed = np.nan if s.reward_scale is None else float(s.reward_scale)
-        acc, status, raw_sum = rollout_targets(
-            self.raw_rewards, n, self._seg_end, self._seg_boot, self._seg_ended, n_seg,
-            float(s.reward_clip), fixed, float(s.gamma), float(acc0), float(s.norm_clip),
-            rn_st, rn_prm, self.values, float(s.gae_lambda),
+        status = rollout_targets(
+            self.raw_rewards, n, self._seg_end, self._seg_boot, self._seg_ended, self._seg_acc,
+            self._seg_raw, n_seg, float(s.reward_clip), fixed, float(s.gamma),
+            float(s.norm_clip), rn_st, rn_prm, self.values, float(s.gae_lambda),
             an_st if s.normalize_advantages else _NO_STATS, an_prm, self.pg_weights,
             bool(s.policy_epsilon), self._clip_buf, self._rets_buf, self._adv64_buf,
             self.rewards, self._ret, self._adv)
@@ -630,11 +726,9 @@ class Worker:
             raise ValueError("ReturnNormalizer.update: returns contain NaN or inf")
         if status == BAD_ADVANTAGES:
             raise ValueError("AdvantageNormalizer.update: advantages contain NaN or inf")
-        if s.reward_scale is None:
-            self._ret_acc = acc
-        return self._ret[:n], self._adv[:n], raw_sum
+        return self._ret[:n], self._adv[:n]
 
-    def _targets_separate(self, n, n_seg, acc0):
+    def _targets_separate(self, n, n_seg):
         """:meth:`_targets` as separate calls (the store's reward_scale and
         advantage_scale)."""
         s = self.s
@@ -643,8 +737,12 @@ class Worker:
         for k in range(n_seg):
             b0 = int(self._seg_end[k])
             segs.append((a0, b0, float(self._seg_boot[k]), bool(self._seg_ended[k])))
+            raw_sum = 0.0
+            for x in self.raw_rewards[a0:b0].tolist():   # in time order, as the kernel adds
+                raw_sum += x
+            self._seg_raw[k] = raw_sum
             a0 = b0
-        self._scale_segments(segs, acc0)
+        self._scale_segments(segs)
         ret = np.empty(n, np.float32)
         adv = np.empty(n, np.float32)
         for a0, b0, boot, _ in segs:
@@ -654,10 +752,7 @@ class Worker:
             adv = adv * np.float32(self.store.advantage_scale(adv))
         if s.policy_epsilon:
             adv = adv * self.pg_weights[:n]
-        raw_sum = 0.0
-        for x in self.raw_rewards[:n].tolist():      # in time order, as the kernel adds
-            raw_sum += x
-        return ret, adv, raw_sum
+        return ret, adv
 
     def _apply_update(self, n, ret, adv):
         s, st = self.s, self.stats
