@@ -22,6 +22,9 @@ trained policy and its short episodes.  Modes, measured in turn (``paper``,
   The measurement starts once every worker has switched (the window has to
   fill first: ~10 s on a trained doom:basic agent).
 
+A mode may end in ``@K``: the same with ``--envs-per-worker K`` (e.g.
+``paper@4``; without it, 1).
+
 Every mode sets all three options (``paper`` is ``--min-rollout 0`` without
 ``--cross-episode`` or ``--merge-below``), whatever the run was trained with.
 
@@ -44,11 +47,18 @@ import threading
 import time
 
 
+def _split(mode):
+    """``(base mode, envs per worker)`` of ``paper``, ``auto@4``..."""
+    base, _, k = mode.partition("@")
+    return base, int(k) if k else 1
+
+
 def measure(run_dir, mode, workers, seconds, warmup):
     from a3c_core.checkpoint import find_resume_checkpoint
     from a3c_core.train.config import Config
     from a3c_core.train.trainer import Trainer
 
+    full, (mode, n_envs) = mode, _split(mode)
     ckpt = find_resume_checkpoint(run_dir)
     saved = dict(ckpt.meta.get("config") or {})
     with tempfile.TemporaryDirectory(prefix="a3c-conv-") as tmp:
@@ -57,7 +67,7 @@ def measure(run_dir, mode, workers, seconds, warmup):
         fields = {k: v for k, v in saved.items() if k in Config.__dataclass_fields__}
         # no step or time limit: a resumed run's clock includes its earlier wall
         # time; the measurement stops it through stop_event
-        fields.update(workers=workers, total_steps=0, total_seconds=0.0,
+        fields.update(workers=workers, envs_per_worker=n_envs, total_steps=0, total_seconds=0.0,
                       run_dir=dst, quiet=True, tensorboard=False, checkpoint_interval=0.0,
                       cross_episode=(mode == "cross"), target_reward=None,
                       min_rollout=int(mode[4:]) if mode.startswith("min:") else 0,
@@ -104,7 +114,7 @@ def measure(run_dir, mode, workers, seconds, warmup):
         if err:
             raise err[0]
     steps, eps = s1 - s0, e1 - e0
-    return {"mode": mode, "steps_per_s": steps / (t1 - t0), "episodes": eps,
+    return {"mode": full, "steps_per_s": steps / (t1 - t0), "episodes": eps,
             "mean_episode_steps": steps / eps if eps else float("nan"),
             "seconds_to_switch": switched}
 
@@ -123,10 +133,16 @@ def main(argv=None):
         p.error(f"run directory not found: {a.run_dir}")
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     modes = ["paper" if m == "default" else m for m in modes]    # the older name
-    bad = [m for m in modes if m not in ("paper", "cross", "auto")
-           and not (m.startswith("min:") and m[4:].isdigit())]
+    def known(m):
+        base, _, k = m.partition("@")
+        return ((base in ("paper", "cross", "auto") or (base.startswith("min:")
+                                                        and base[4:].isdigit()))
+                and (not _ or (k.isdigit() and 1 <= int(k) <= 64)))
+
+    bad = [m for m in modes if not known(m)]
     if bad:
-        p.error(f"unknown mode(s) {bad}; choose from paper, cross, auto, min:K (K an integer)")
+        p.error(f"unknown mode(s) {bad}; choose from paper, cross, auto, min:K (K an integer), "
+                f"each optionally @E (E envs per worker, 1-64)")
     rows = []
     for rep in range(a.repeats):
         for m in modes:

@@ -312,10 +312,13 @@ def test_ray_cli_flags_run_and_final_line(cluster, tmp_path, capsys):
         ray_options_from_args(p.parse_args(["--ray", "--nodes", "0"]))
     with pytest.raises(ValueError, match="never sync"):
         ray_options_from_args(p.parse_args(["--ray", "--sync-ms", "0"]))
-    code = run_ray_training(_cfg(tmp_path, total_steps=3000), args)
+    # (each node's worker plays 2 envs: the nodes build and close them)
+    code = run_ray_training(_cfg(tmp_path, total_steps=3000, envs_per_worker=2), args)
     out = capsys.readouterr().out
     assert code == 0, out
     assert "2 nodes x 1 workers" in out and out.strip().splitlines()[-1].startswith("done: ")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["steps"] >= 3000 and summary["episodes"] > 0
     saved = json.loads((tmp_path / "run" / "ray.json").read_text())
     assert saved["opt_state"] == "global" and saved["shards"] == 2
     # resume keeps the saved ray options unless flags override them
