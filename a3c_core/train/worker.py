@@ -469,7 +469,7 @@ class Worker:
         for k in range(K):
             if K > 1:
                 self._use(k)
-            uk = u[k * T:(k + 1) * T]
+            uk = u if K == 1 else u[k * T:(k + 1) * T]
             if across:
                 n, term, trunc, n_seg = self._collect_across(off, uk, n_seg)
             else:
@@ -479,21 +479,23 @@ class Worker:
             last_seg[k] = n_seg - 1
             off += n
         ret, adv = self._targets(off, n_seg)
+        # each env's running return (normalized rewards) and, for the paper's
+        # rollouts, its episode return (across: added per step)
         seg_acc, seg_raw = self._seg_acc, self._seg_raw
         normalized = self.s.reward_scale is None
         for k in range(K):
             j = last_seg[k]
             if k == self._cur:
                 if normalized:
-                    self._ret_acc = float(seg_acc[j])
-                if not across:              # (across: ep_return is added per step)
-                    self.ep_return += float(seg_raw[j])
+                    self._ret_acc = seg_acc.item(j)
+                if not across:
+                    self.ep_return += seg_raw.item(j)
             else:
                 slot = self._slots[k]
                 if normalized:
-                    slot["_ret_acc"] = float(seg_acc[j])
+                    slot["_ret_acc"] = seg_acc.item(j)
                 if not across:
-                    slot["ep_return"] += float(seg_raw[j])
+                    slot["ep_return"] += seg_raw.item(j)
         applied = self._apply_update(off, ret, adv)
         self.store.add_steps(off)
         if ended is not None:
