@@ -961,12 +961,20 @@ class Actor:
         self._zero_h = np.zeros(max(net.lstm_size, 1), np.float32)
 
     def __call__(self, t, obs, u, raw=None, state=None):
+        self._check_obs(obs)
+        return self.step_row(t, obs, u, raw, state)
+
+    def step_row(self, t, obs, u, raw=None, state=None):
+        """:meth:`__call__` for a caller whose ``obs`` is known to be a
+        C-contiguous float32 array of the network's input shape (a worker's
+        own rows: its pipeline writes that shape, which :meth:`Network.actor`
+        checked), so the per-step check of ``obs`` is skipped; everything
+        else is checked as there."""
         net = self.net
         if t != net._rec_t or t >= len(self.actions):
             net._record_slot()           # no recording, or a full one: its error
             raise RuntimeError(f"Actor: step {t} is not the next rollout row "
                                f"({net.recorded_steps} recorded, {len(self.actions)} at most)")
-        self._check_obs(obs)
         reset = False
         if not net.recurrent:
             h = c = net._dummy_h

@@ -301,6 +301,8 @@ class Worker:
         #: rows of one rollout: t_max per env
         self._rows = T = settings.t_max * self.n_envs
         self.obs_buf = np.zeros((settings.t_max + 1,) + tuple(pipeline.net_obs_shape), net.dtype)
+        # obs_buf's rows as views made once (the fused step takes row t each step)
+        self._obs_rows = list(self.obs_buf)
         self.actions = np.zeros(T, np.int64)
         self.rewards = np.zeros(T, np.float32)   # rewards used for learning
         self.raw_rewards = np.zeros(T, np.float64)
@@ -359,11 +361,13 @@ class Worker:
     #: the per-env fields of a worker: the env, its LSTM state, the frame or
     #: obs a rollout carries to the next, its episode's running figures
     ENV_FIELDS = ("env", "state", "_frame", "ep_return", "ep_length", "_ret_acc", "_started",
-                  "obs_buf")
+                  "obs_buf", "_obs_rows")
 
     def _fresh_slot(self, env):
+        obs_buf = np.zeros_like(self.obs_buf)
         return {"env": env, "state": None, "_frame": None, "ep_return": 0.0, "ep_length": 0,
-                "_ret_acc": 0.0, "_started": False, "obs_buf": np.zeros_like(self.obs_buf)}
+                "_ret_acc": 0.0, "_started": False, "obs_buf": obs_buf,
+                "_obs_rows": list(obs_buf)}
 
     def _use(self, k):
         """Make env ``k`` the current one: its fields become the worker's
@@ -528,8 +532,9 @@ class Worker:
             # rollout bootstrapped from) may wait in self._frame.  The env's
             # first row is a new segment when off > 0 (its own state).
             frame, self._frame = self._frame, None
+            rows, step = self._obs_rows, act.step_row     # (rows of the input shape)
             for t in range(s.t_max):
-                a = act(off + t, obs_buf[t], u[t], frame, state if t == 0 else None)
+                a = step(off + t, rows[t], u[t], frame, state if t == 0 else None)
                 frame, r, term, trunc = env.step(a)
                 raw[off + t] = r
                 if term or trunc:
@@ -605,9 +610,10 @@ class Worker:
         pg_w = self.pg_weights
         frame, self._frame = self._frame, None   # (fused act) the frame obs_buf[t] waits for
         given = state           # (fused act) the state a step starts from, None: the last row's
+        rows = self._obs_rows
         for t in range(T):
             if act is not None:
-                a = act(off + t, obs_buf[t], u[t], frame, given)
+                a = act.step_row(off + t, rows[t], u[t], frame, given)
                 given = None
             else:
                 probs, v, state = net.step(obs_buf[t], state, record=True)
