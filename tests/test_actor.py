@@ -135,6 +135,28 @@ def test_actor_refuses_bad_frames_rows_and_states():
         act(3, obs[0], 0.5, None, None)
 
 
+@pytest.mark.parametrize("layout", ["fortran", "strided"])
+@pytest.mark.parametrize("method", ["__call__", "step_row"])
+def test_actor_refuses_a_frame_that_is_not_c_contiguous(layout, method):
+    """The kernel hands the frame's address to the C preprocessor, which
+    reads it as contiguous: a frame in another layout (even one whose flat
+    reshape is a strided view) goes to the pipeline, which refuses it,
+    before anything is recorded."""
+    pipe = _pipe()
+    f = _frames(1, seed=4)[0]
+    odd = np.asfortranarray(f) if layout == "fortran" else np.repeat(f, 2, axis=1)[:, ::2]
+    assert not odd.flags.c_contiguous and np.array_equal(odd, f)
+    net = _net()
+    act = net.actor(pipe, np.zeros(2, np.int64), np.zeros(2, np.float32))
+    obs = np.zeros((2,) + OBS, np.float32)
+    net.begin_rollout(2)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        getattr(act, method)(0, obs[0], 0.5, odd, net.initial_state())
+    assert net.recorded_steps == 0
+    getattr(act, method)(0, obs[0], 0.5, f, net.initial_state())     # its contiguous copy steps
+    assert net.recorded_steps == 1
+
+
 def test_actor_exists_only_for_the_fused_float32_step_and_an_image_pipeline():
     acts, vals = np.zeros(3, np.int64), np.zeros(3, np.float32)
     assert _net(dtype=np.float64).actor(_pipe(), acts, vals) is None
