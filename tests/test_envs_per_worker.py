@@ -10,8 +10,9 @@ from a3c_core.core import SharedState, make_optimizer
 from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer
 from a3c_core.obs import ObsPipeline
 from a3c_core.train.config import Config, ConfigError
-from a3c_core.train.worker import RolloutSettings, Store, ThreadStore, Worker
+from a3c_core.train.worker import RolloutSettings, ThreadStore, Worker
 from test_actor import FrameEnv, _net
+from test_worker import RecordingStore
 
 LENGTHS = [(7, 25, 3, 12), (4, 30, 9), (26, 2, 5, 11, 8)]
 
@@ -51,15 +52,14 @@ class _Uniforms:
         return out.copy()
 
 
-class _GradStore(Store):
+class _GradStore(RecordingStore):
     """Keeps every applied gradient and leaves the worker's parameters as
     they are (fixed parameters: the updates of different workers compare)."""
 
-    steps = 0
-    syncs_on_apply = False
 
     def __init__(self, fused=True):
-        self.grads, self.episodes = [], []
+        super().__init__(0)
+        self.grads = []
         # normalized rewards whose scale stays 1 (too few returns for a
         # scale), so each env's running return is checked, and the targets
         # still compare across workers
@@ -69,22 +69,12 @@ class _GradStore(Store):
     def target_stats(self):
         return (self.norm.stats, self.norm.params, np.zeros(0), np.zeros(0)) if self.fused else None
 
-    def reward_scale(self, returns):
-        return self.norm.update(returns)
-
-    def pull(self, local):
-        pass
-
     def apply(self, grads, max_grad_norm, offset=0):
         self.grads.append(grads.copy())
-        return 1.0, True
+        return super().apply(grads, max_grad_norm, offset)
 
-    def add_steps(self, n):
-        self.steps += n
-        return self.steps
-
-    def record_episode(self, wid, ret, length):
-        self.episodes.append((ret, length))
+    def reward_scale(self, returns):
+        return self.norm.update(returns)
 
 
 def _settings(**kw):
