@@ -983,9 +983,9 @@ def _parse_envs(s):
     try:
         k = int(s)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--envs-per-worker: expected an integer, got {s!r}") from None
+        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
     if not 1 <= k <= 64:
-        raise argparse.ArgumentTypeError(f"--envs-per-worker: must be 1-64, got {k}")
+        raise argparse.ArgumentTypeError(f"must be 1-64, got {k}")
     return k
 
 
