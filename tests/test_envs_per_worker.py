@@ -233,3 +233,25 @@ def test_trainer_gives_each_worker_its_envs_with_their_own_seeds(tmp_path, monke
     assert all(n > 0 for _, n in made)        # every env of every worker played
     assert res.episodes > 0
     assert load_checkpoint(res.run_dir).meta["config"]["envs_per_worker"] == 3
+
+
+def test_warm_up_compiles_the_reset_variant_for_several_envs(tmp_path, monkeypatch):
+    """Env k's part starts a new segment in the recorded rows, so with
+    several envs the warm-up compiles the LSTM backward's reset variant even
+    where rollouts never run across episodes (merge_below 0)."""
+    import a3c_core.train.worker as W
+    from a3c_core.train.trainer import Trainer
+
+    assert not Config(merge_below=0.0).records_resets()
+    assert Config(merge_below=0.0, envs_per_worker=2).records_resets()
+    assert Config().records_resets() and Config(cross_episode=True).records_resets()
+    seen = []
+    monkeypatch.setattr(W, "warm_up_network", lambda net, resets, **kw: seen.append(resets))
+    for k, want in ((1, False), (2, True)):
+        t = Trainer(Config(env="CartPole-v1", workers=1, envs_per_worker=k, merge_below=0.0,
+                           quiet=True, tensorboard=False, run_dir=str(tmp_path / f"r{k}")))
+        try:
+            t._warm_up()
+        finally:
+            t.close()
+    assert seen == [False, True]

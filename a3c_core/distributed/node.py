@@ -166,7 +166,7 @@ class Node:
     def _warm_up(self, net):
         from a3c_core.train.worker import warm_up_network
 
-        warm_up_network(net, self.cfg.runs_across_episodes(),
+        warm_up_network(net, self.cfg.records_resets(),
                         mixed=self.cfg.policy_epsilon > 0)
 
     def ready(self):

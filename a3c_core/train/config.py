@@ -253,6 +253,13 @@ class Config:
         compiles the LSTM backward's reset variant."""
         return self.effective_min_rollout() > 1 or self.effective_merge_below() > 0
 
+    def records_resets(self) -> bool:
+        """Whether a rollout's recorded rows may hold a new segment after
+        the first row: rollouts across episodes (:meth:`runs_across_episodes`)
+        or several envs per worker (each env's part starts one).  The
+        warm-up then also compiles the LSTM backward's reset variant."""
+        return self.runs_across_episodes() or self.envs_per_worker > 1
+
     def effective_reward_clip(self) -> float:
         if self.reward_clip is not None:
             return float(self.reward_clip)

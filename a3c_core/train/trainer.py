@@ -557,7 +557,7 @@ class Trainer:
             net = self._build_network(self.spec_name, obs_shape, self.net_spec["n_actions"],
                                       seed=self.cfg.seed, **self.net_kwargs)
             with self._signals.deferred():  # a Ctrl-C lands between compiles
-                warm_up_network(net, self.cfg.runs_across_episodes(),
+                warm_up_network(net, self.cfg.records_resets(),
                                 mixed=self.cfg.policy_epsilon > 0)
         finally:
             notice.cancel()

@@ -468,7 +468,7 @@ class Worker:
         u = self._uniforms()
         K = self.n_envs
         off = n_seg = 0
-        ended = None                # (paper rollouts) envs whose episode ends after the update
+        ended = []                  # (paper rollouts) envs whose episode ends after the update
         last_seg = self._last_seg
         for k in range(K):
             if K > 1:
@@ -479,7 +479,7 @@ class Worker:
             else:
                 n, term, trunc, n_seg = self._collect(off, uk, n_seg)
                 if term or trunc:
-                    ended = [k] if ended is None else ended + [k]
+                    ended.append(k)
             last_seg[k] = n_seg - 1
             off += n
         ret, adv = self._targets(off, n_seg)
@@ -502,12 +502,10 @@ class Worker:
                     slot["ep_return"] += seg_raw.item(j)
         applied = self._apply_update(off, ret, adv)
         self.store.add_steps(off)
-        if ended is not None:
-            defer = self.actor is not None
-            for k in ended:
-                if K > 1:
-                    self._use(k)
-                self._frame = self._end_of_life(defer=defer)
+        for k in ended:
+            if K > 1:
+                self._use(k)
+            self._frame = self._end_of_life(defer=self.actor is not None)
         return off, term, trunc, applied
 
     def _collect(self, off, u, j):
