@@ -661,15 +661,32 @@ class _TrainerRun:
     def steps(self):
         return int(self.trainer.shared.steps)
 
+    def _all_updated(self):
+        """Every worker is built (its envs started) and has applied an update."""
+        ws = self.trainer.workers
+        return bool(ws) and all(w is not None and w.stats.updates + w.stats.skipped > 0 for w in ws)
+
     def start(self, warmup, timeout=120.0):
-        """Start; return once the first update is done and ``warmup`` s passed."""
+        """Start; return once every worker has made its first update and
+        ``warmup`` s passed.
+
+        Each worker starts its own envs, one ViZDoom init at a time (a
+        module lock), so with many workers (times ``envs_per_worker``) the
+        last one starts seconds after the first: a window that opened at
+        the first update would time a ramp.  ``self.ramp_s`` is the time
+        from the first update to the last worker's first update."""
         self.thread.start()
         t_end = time.perf_counter() + timeout
-        while self.steps == 0:
+        t_first = None
+        while not self._all_updated():
+            if t_first is None and self.steps > 0:
+                t_first = time.perf_counter()
             if not self.thread.is_alive() or time.perf_counter() > t_end:
                 self.stop()
-                raise RuntimeError("training produced no steps")
+                raise RuntimeError("training produced no steps" if t_first is None else
+                                   f"not every worker updated within {timeout:g} s")
             time.sleep(0.02)
+        self.ramp_s = time.perf_counter() - t_first if t_first is not None else 0.0
         time.sleep(warmup)
 
     def sample_rates(self, seconds, tick=0.5):
@@ -708,8 +725,9 @@ def bench_e2e(env, spec, worker_counts, seconds, warmup, envs_per_worker=1) -> l
         run.stop()
         fs = run.frame_skip
         rows.append(Row(f"train steps/s w{n}", rates, "steps/s",
-                        f"{n} worker thread(s){per}; mean {mean:.0f} over {seconds:g}s after warm-up",
-                        {"workers": n, "mean": mean}))
+                        f"{n} worker thread(s){per}; mean {mean:.0f} over {seconds:g}s after warm-up "
+                        f"(all workers updating {run.ramp_s:.1f}s after the first)",
+                        {"workers": n, "mean": mean, "ramp_s": run.ramp_s}))
         rows.append(Row(f"train frames/s w{n}", [r * fs for r in rates], "frames/s",
                         f"steps/s x frame skip {fs}; mean {mean * fs:.0f}", {"workers": n, "mean": mean * fs}))
         if n == 1:

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Several envs per worker (`--envs-per-worker K`) on a 16-core machine
+# (issue 12), as one prepared command for a lent machine that has Python,
+# numpy, numba, Cython and setuptools but no package registry.
+#
+#   bash bench/device_envs.sh OUT_DIR WHEEL_DIR TRAINED_RUN
+#
+# WHEEL_DIR and TRAINED_RUN as in device_scaling.sh.  Steps, each logged
+# under OUT_DIR:
+#   1. machine facts; build the Cython extensions in place; warm the Numba
+#      cache (both LSTM backward variants) outside the timed windows;
+#   2. `a3c bench`'s GIL probe, one worker, K = 1, 8, 1, 8;
+#   3. end-to-end training steps/s (doom:basic from scratch) at WORKERS
+#      for K = 1 and KE (default 4), in the order K1 KE KE K1; then K = 8
+#      at 12 and 16 workers once;
+#   4. converged throughput (the trained checkpoint, ~6-step episodes) at
+#      16 workers: paper, paper@4, auto, auto@4.
+# WORKERS (default 1,4,8,12,16), E2E_SECONDS (5), PROBE_SECONDS (6) and
+# STEPS ("probe e2e conv"; "pairs" is e2e without the K = 8 points; "nowarm"
+# as the first step skips the warm-up) shorten it.
+set -u
+OUT=${1:?usage: device_envs.sh OUT_DIR WHEEL_DIR TRAINED_RUN}
+WHL=${2:-}
+RUN=$(cd "${3:?TRAINED_RUN}" && pwd)
+WORKERS=${WORKERS:-1,4,8,12,16}
+KE=${KE:-4}
+SECONDS_E2E=${E2E_SECONDS:-5}
+SECONDS_PROBE=${PROBE_SECONDS:-6}
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+t0=$(date +%s)
+stamp() { echo "== $(( $(date +%s) - t0 )) s: $*"; }
+
+stamp facts
+{ nproc; lscpu; free -g; } >"$OUT/machine.txt" 2>&1
+grep -E "^(Model name|CPU\(s\)|L2|L3)" "$OUT/machine.txt"
+. "$(dirname "$0")/device_setup.sh"
+
+[ "${STEPS:-}" = "${STEPS#nowarm}" ] && { stamp warm
+for k in 1 2; do
+    $PY -c "from a3c_core import bench; bench.bench_e2e('doom:basic', 'doom-lstm', [1], 1.0, 0.5, $k)" \
+        >"$OUT/warm_k$k.log" 2>&1 &
+done
+wait; }
+
+probe() {  # probe K
+    stamp "probe K=$1"
+    $PY - "$1" "$SECONDS_PROBE" "$OUT/probe_k$1_$2.json" <<'PY'
+import json, sys
+from a3c_core import bench
+rows = bench.bench_gil("doom:basic", "doom-lstm", float(sys.argv[2]), 2.0, int(sys.argv[1]))
+out = [r.to_dict() for r in rows]
+for r in out:
+    print(f"{r['name']:40s} median {r['median']:8.2f} min {r['min']:8.2f} max {r['max']:8.2f}  {r['notes'][:120]}")
+json.dump(out, open(sys.argv[3], "w"), indent=1)
+PY
+}
+e2e() {  # e2e K WORKERS TAG
+    stamp "e2e K=$1 workers $2"
+    $PY - "$1" "$2" "$SECONDS_E2E" "$OUT/e2e_k$1_$3.json" <<'PY'
+import json, sys
+from a3c_core import bench
+ws = [int(w) for w in sys.argv[2].split(",")]
+rows = bench.bench_e2e("doom:basic", "doom-lstm", ws, float(sys.argv[3]), 2.0, int(sys.argv[1]))
+out = [r.to_dict() for r in rows]
+for r in out:
+    if r["name"].startswith(("train steps", "scaling")):
+        print(f"{r['name']:22s} {r['median']:9.2f}  {r['notes']}")
+json.dump(out, open(sys.argv[4], "w"), indent=1)
+PY
+}
+for step in ${STEPS:-probe e2e conv}; do
+    case $step in
+        probe) probe 1 a; probe 8 a; probe 1 b; probe 8 b ;;
+        pairs) e2e 1 "$WORKERS" a; e2e "$KE" "$WORKERS" a; e2e "$KE" "$WORKERS" b; e2e 1 "$WORKERS" b ;;
+        e2e) e2e 1 "$WORKERS" a; e2e "$KE" "$WORKERS" a; e2e "$KE" "$WORKERS" b; e2e 1 "$WORKERS" b
+             e2e 8 12,16 a ;;
+        conv) stamp "converged w16"
+              $PY bench/converged_throughput.py "$RUN" --workers 16 --seconds 5 --warmup 2 \
+                  --repeats 1 --modes paper,paper@4,auto,auto@4 --json "$OUT/conv_w16.json" 2>&1 | tail -8 ;;
+        nowarm) ;;
+        *) echo "unknown step $step"; exit 2 ;;
+    esac
+done
+stamp done
