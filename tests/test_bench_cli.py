@@ -217,6 +217,36 @@ def test_bench_e2e_with_several_envs_per_worker(monkeypatch):
     assert rows[0].median > 0
 
 
+
+def test_bench_e2e_window_waits_for_every_worker(monkeypatch):
+    """Workers start their own envs, so the last can start well after the
+    first: the timed window opens only once every worker has updated, and
+    the row gives the ramp.  Worker 1 is held back 0.6 s here."""
+    pytest.importorskip("gymnasium")
+    import time as _time
+    at_window = []
+
+    class Slow(bench._TrainerRun):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            make = self.trainer._make_worker
+
+            def late(wid):
+                if wid == 1:
+                    _time.sleep(0.6)
+                return make(wid)
+            self.trainer._make_worker = late
+
+        def sample_rates(self, seconds, tick=0.5):
+            at_window.append([w is not None and w.stats.updates > 0 for w in self.trainer.workers])
+            return super().sample_rates(seconds, tick)
+
+    monkeypatch.setattr(bench, "_TrainerRun", Slow)
+    rows = bench.bench_e2e("CartPole-v1", "mlp", [2], 0.5, 0.1)
+    assert at_window == [[True, True]]
+    ramp = rows[0].extra["ramp_s"]
+    assert 0.5 <= ramp < 5.0
+    assert f"all workers updating {ramp:.1f}s after the first" in rows[0].notes
 def test_stay_check_on_a_known_run(tmp_path, capsys):
     """bench/stay_check.py against a hand-made episodes.csv: 200 episodes of
     -100, then 1,500 of 80 with one 50-episode dip to -200 in the middle."""
