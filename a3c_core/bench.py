@@ -646,6 +646,8 @@ class _TrainerRun:
                      seed=seed, envs_per_worker=int(envs_per_worker), run_dir=os.path.join(self.tmp.name, "run"), quiet=True,
                      tensorboard=False, checkpoint_interval=0.0, log_interval=1.0)
         self.trainer = Trainer(cfg, out=io.StringIO())
+        self.n_envs = int(workers) * int(envs_per_worker)
+        self.ramp_s = 0.0
         es = self.trainer.env_spec if isinstance(self.trainer.env_spec, dict) else {}
         self.frame_skip = int(es.get("frame_skip") or cfg.frame_skip or 1)
         self.result, self.error = None, None
@@ -666,7 +668,7 @@ class _TrainerRun:
         ws = self.trainer.workers
         return bool(ws) and all(w is not None and w.stats.updates + w.stats.skipped > 0 for w in ws)
 
-    def start(self, warmup, timeout=120.0):
+    def start(self, warmup, timeout=None):
         """Start; return once every worker has made its first update and
         ``warmup`` s passed.
 
@@ -675,6 +677,8 @@ class _TrainerRun:
         last one starts seconds after the first: a window that opened at
         the first update would time a ramp.  ``self.ramp_s`` is the time
         from the first update to the last worker's first update."""
+        if timeout is None:     # the envs start one at a time: ~0.1-0.3 s each
+            timeout = 120.0 + 0.5 * self.n_envs
         self.thread.start()
         t_end = time.perf_counter() + timeout
         t_first = None
