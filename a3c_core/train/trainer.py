@@ -204,6 +204,7 @@ class Trainer:
         self._make_env = make_env
         self._build_network = build_network
         self._envs = []
+        self._starter = None      # the thread that starts the workers' envs (_start_envs)
         self.logger = None
         self.t_start = None
         self.resume_note = None
@@ -232,8 +233,14 @@ class Trainer:
         # warm (measured: 1 worker on 2 cores 1,040 -> 1,476 steps/s).
         self._cores = _allowed_cores() if cfg.pin_threads else []
         self._envs = [None] * (self.n_workers * cfg.envs_per_worker)
+        # env e is started once, by the first thread to claim it (_env): the
+        # env starter beside the warm-up, or the worker that needs it first
+        self._env_lock = threading.Lock()
+        self._env_claimed = [False] * len(self._envs)
+        self._env_ready = [threading.Event() for _ in self._envs]
+        self._env_error = [None] * len(self._envs)
         try:
-            self._envs[0] = self._new_env(0, main_thread=True)  # unknown ids fail before any file is written
+            self._env(0, pin=True)  # unknown ids fail before any file is written
             self._setup(ckpt, SharedState, make_optimizer, ReturnNormalizer, AdvantageNormalizer)
         except BaseException:
             self.close()  # no engine process left behind by a refused start
@@ -262,21 +269,60 @@ class Trainer:
             return _seed_of(self.cfg.seed, wid, self.resumes, j)
         return _seed_of(self.cfg.seed, wid, self.resumes)
 
-    def _new_env(self, e, main_thread=False):
+    def _new_env(self, e, pin=False):
         """Env ``e`` of ``_envs``: env ``e % envs_per_worker`` of worker
-        ``e // envs_per_worker``."""
+        ``e // envs_per_worker``.  ``pin`` (a thread other than that
+        worker's): pinned to the worker's core meanwhile, so that the engine
+        process, which inherits the spawning thread's affinity, shares it."""
         cfg = self.cfg
         wid, j = divmod(e, cfg.envs_per_worker)
-        if main_thread and self._cores:
+        if pin and self._cores:
             mask = set(self._cores)
-            _pin_thread({self._cores[0]})
+            _pin_thread({self._cores[wid % len(self._cores)]})
         try:
             return self._make_env(cfg.env, seed=self._env_seed(wid, j), frame_skip=cfg.frame_skip,
                                   runtime_dir=os.path.join(self.run_dir, "vizdoom"),
                                   **cfg.env_kwargs())
         finally:
-            if main_thread and self._cores:
+            if pin and self._cores:
                 _pin_thread(mask)
+
+    def _env(self, e, pin=False):
+        """Env ``e``, started here unless another thread claimed it first
+        (then this waits for that start, and raises its error)."""
+        with self._env_lock:
+            mine = not self._env_claimed[e]
+            self._env_claimed[e] = True
+        if mine:
+            try:
+                self._envs[e] = self._new_env(e, pin)
+            except BaseException as exc:
+                self._env_error[e] = exc
+                raise
+            finally:
+                self._env_ready[e].set()
+            return self._envs[e]
+        self._env_ready[e].wait()
+        if self._envs[e] is None:
+            wid, j = divmod(e, self.cfg.envs_per_worker)
+            exc = self._env_error[e]
+            what = f"{type(exc).__name__}: {exc}" if exc is not None else "closed before use"
+            raise RuntimeError(f"env {j} of worker {wid} ({self.cfg.env}) did not start: {what}") from exc
+        return self._envs[e]
+
+    def _start_envs(self):
+        """Start the workers' envs, in order, on a thread beside the warm-up
+        (each ViZDoom start holds a module lock, so they start one at a
+        time; begun here, they no longer hold back the workers that start
+        after the warm-up).  Stops at the first failure: the worker that
+        needs that env raises it."""
+        for e in range(len(self._envs)):
+            if self.stop_event.is_set():
+                return
+            try:
+                self._env(e, pin=True)
+            except BaseException:  # noqa: BLE001 - raised again by the worker that needs it
+                return
 
     def _setup(self, ckpt, SharedState, make_optimizer, ReturnNormalizer, AdvantageNormalizer):
         cfg = self.cfg
@@ -514,9 +560,7 @@ class Trainer:
         K = self.cfg.envs_per_worker
         envs = []
         for e in range(wid * K, (wid + 1) * K):
-            if self._envs[e] is None:
-                self._envs[e] = self._new_env(e)
-            envs.append(self._envs[e])
+            envs.append(self._env(e))
         env = envs[0]
         pipe = ObsPipeline(self.pipeline_spec, env.obs_shape)
         net = build_network(self.spec_name, pipe.net_obs_shape, env.n_actions,
@@ -617,6 +661,10 @@ class Trainer:
     # -- backend hooks (threads here; a distributed backend overrides them) ---
     def _start_workers(self):
         """Start the workers and the clock; returns what ``_workers_running`` takes."""
+        if len(self._envs) > 1:
+            self._starter = threading.Thread(target=self._start_envs, daemon=True,
+                                             name="a3c-env-starter")
+            self._starter.start()
         self._warm_up()
         threads = [threading.Thread(target=self._worker_main, args=(i,), daemon=True,
                                     name=f"a3c-worker-{i}") for i in range(self.n_workers)]
@@ -840,6 +888,10 @@ class Trainer:
     def close(self):
         """Close the logger and every env (engines, child processes). Idempotent."""
         first_error = None
+        if self._starter is not None:     # no env may start after the loop below
+            if hasattr(self, "stop_event"):
+                self.stop_event.set()
+            self._starter.join(60)
         if self.logger is not None:
             try:
                 self.logger.close()

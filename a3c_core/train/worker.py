@@ -882,6 +882,14 @@ def warm_up_network(net, cross_episode=False, parallel=None, mixed=False):
             helper.stop()
 
 
+#: a helper's code runs first: the a3c_core it imports is this process's,
+#: not one that its working directory or PYTHONPATH would find first (the
+#: Numba cache is keyed by source path: another tree's kernels would be
+#: compiled for nothing)
+_HELPER_IMPORTS = ("import sys; sys.path.insert(0, "
+                   f"{os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))!r}); ")
+
+
 class _Helper:
     """A compile helper process (see :func:`warm_up_network`), started at
     most once: :meth:`arm` starts it after ``delay`` seconds (default
@@ -914,7 +922,7 @@ class _Helper:
                 return
             try:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-c", self.entry, self.arg],
+                    [sys.executable, "-c", _HELPER_IMPORTS + self.entry, self.arg],
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL, close_fds=True)
             except OSError:
