@@ -64,33 +64,13 @@ done
 
 e2e() {  # e2e TREE WORKERS TAG
     stamp "e2e $1 $2"
-    run "$1" - "$2" "$SECONDS_E2E" "$OUT/e2e_$1_$3.json" <<'PY'
-import json, sys
-from a3c_core import bench
-ws = [int(w) for w in sys.argv[1].split(",")]
-rows = bench.bench_e2e("doom:basic", "doom-lstm", ws, float(sys.argv[2]), 3.0)
-out = [r.to_dict() for r in rows]
-for r in out:
-    if r["name"].startswith(("train steps", "scaling")):
-        print(f"{r['name']:22s} {r['median']:9.2f}  {r['notes']}")
-json.dump(out, open(sys.argv[3], "w"), indent=1)
-PY
+    run "$1" "$NEW/bench/device_rows.py" e2e "$2" "$SECONDS_E2E" 3.0 1 "$OUT/e2e_$1_$3.json"
 }
 gil() {  # gil TREE
     stamp "gil $1"
     # the new tree's probe (bench.py loaded by path) on either tree's engine,
     # so that both are read by the same estimator
-    run "$1" - "$OUT/gil_$1.json" "$NEW/a3c_core/bench.py" <<'PY'
-import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("a3c_probe", sys.argv[2])
-bench = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench)
-rows = bench.bench_gil("doom:basic", "doom-lstm", 8.0, 3.0)
-out = [r.to_dict() for r in rows]
-for r in out:
-    print(f"{r['name']:40s} median {r['median']:8.2f} min {r['min']:8.2f} max {r['max']:8.2f}  {r['notes'][:160]}")
-json.dump(out, open(sys.argv[1], "w"), indent=1)
-PY
+    run "$1" "$NEW/bench/device_rows.py" gil 8.0 3.0 1 "$OUT/gil_$1.json" "$NEW/a3c_core/bench.py"
 }
 conv() {  # conv TREE WORKERS MODE
     stamp "converged $1 w$2 $3"

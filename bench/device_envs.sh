@@ -48,31 +48,14 @@ for k in 1 2; do
 done
 wait; }
 
-probe() {  # probe K
+ROWS=$(cd "$(dirname "$0")" && pwd)/device_rows.py
+probe() {  # probe K TAG
     stamp "probe K=$1"
-    $PY - "$1" "$SECONDS_PROBE" "$OUT/probe_k$1_$2.json" <<'PY'
-import json, sys
-from a3c_core import bench
-rows = bench.bench_gil("doom:basic", "doom-lstm", float(sys.argv[2]), 2.0, int(sys.argv[1]))
-out = [r.to_dict() for r in rows]
-for r in out:
-    print(f"{r['name']:40s} median {r['median']:8.2f} min {r['min']:8.2f} max {r['max']:8.2f}  {r['notes'][:120]}")
-json.dump(out, open(sys.argv[3], "w"), indent=1)
-PY
+    $PY "$ROWS" gil "$SECONDS_PROBE" 2.0 "$1" "$OUT/probe_k$1_$2.json"
 }
 e2e() {  # e2e K WORKERS TAG
     stamp "e2e K=$1 workers $2"
-    $PY - "$1" "$2" "$SECONDS_E2E" "$OUT/e2e_k$1_$3.json" <<'PY'
-import json, sys
-from a3c_core import bench
-ws = [int(w) for w in sys.argv[2].split(",")]
-rows = bench.bench_e2e("doom:basic", "doom-lstm", ws, float(sys.argv[3]), 2.0, int(sys.argv[1]))
-out = [r.to_dict() for r in rows]
-for r in out:
-    if r["name"].startswith(("train steps", "scaling")):
-        print(f"{r['name']:22s} {r['median']:9.2f}  {r['notes']}")
-json.dump(out, open(sys.argv[4], "w"), indent=1)
-PY
+    $PY "$ROWS" e2e "$2" "$SECONDS_E2E" 2.0 "$1" "$OUT/e2e_k$1_$3.json"
 }
 for step in ${STEPS:-probe pairs conv}; do
     case $step in
