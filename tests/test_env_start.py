@@ -86,9 +86,36 @@ def test_envs_start_beside_the_warm_up_once_each_with_their_seeds(tmp_path, monk
 
 
 def test_a_worker_starts_the_envs_the_starter_has_not_reached(tmp_path, monkeypatch):
-    """With a fast warm-up the workers claim what the starter has not: every
-    env still starts exactly once."""
+    """A starter that got only to env 3 (as with a fast warm-up): each worker
+    starts its own remaining envs, on its own thread, each exactly once."""
     spy = _Spy(monkeypatch)
+
+    def first_three(self):
+        for e in range(1, 4):
+            self._env(e, pin=True)
+
+    monkeypatch.setattr(Trainer, "_start_envs", first_three)
+    _slow_warm_up(monkeypatch)
+    trainer = Trainer(_cfg(tmp_path, workers=4, envs_per_worker=3))
+    trainer.run()
+    by_seed = dict(spy.made)
+    assert len(by_seed) == len(spy.made) == 12            # each env once
+    for e in range(12):
+        w, j = divmod(e, 3)
+        who = by_seed[trainer._env_seed(w, j)]
+        if e == 0:
+            assert who == threading.main_thread().name
+        elif e <= 3:
+            assert who == "a3c-env-starter"
+        else:
+            assert who == f"a3c-worker-{w}"
+    assert sorted(spy.closed) == sorted(by_seed)
+
+
+def test_workers_racing_the_starter_start_each_env_once(tmp_path, monkeypatch):
+    """No warm-up wait and slow env starts: the starter and the workers claim
+    envs at the same time; every env still starts exactly once."""
+    spy = _Spy(monkeypatch, delay=0.02)
     trainer = Trainer(_cfg(tmp_path, workers=4, envs_per_worker=3))
     trainer.run()
     seeds = [seed for seed, _ in spy.made]
