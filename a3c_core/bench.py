@@ -672,10 +672,11 @@ class _TrainerRun:
         """Start; return once every worker has made its first update and
         ``warmup`` s passed.
 
-        Each worker starts its own envs, one ViZDoom init at a time (a
-        module lock), so with many workers (times ``envs_per_worker``) the
-        last one starts seconds after the first: a window that opened at
-        the first update would time a ramp.  ``self.ramp_s`` is the time
+        The envs start one ViZDoom init at a time (a module lock), beside
+        the warm-up and then in the workers that still lack theirs, so with
+        many workers (times ``envs_per_worker``) the last one starts
+        seconds after the first: a window that opened at the first update
+        would time a ramp.  ``self.ramp_s`` is the time
         from the first update to the last worker's first update."""
         if timeout is None:     # the envs start one at a time: ~0.1-0.3 s each
             timeout = 120.0 + 0.5 * self.n_envs

@@ -137,22 +137,25 @@ def test_helper_allowed_follows_the_environment(monkeypatch):
 
 def test_helper_imports_this_process_a3c_core(tmp_path):
     """A helper started from a directory that holds another a3c_core (an A/B
-    copy, a checkout beside an installed package) still imports this one:
-    its kernels must land in the cache under this tree's paths."""
+    copy, a checkout beside an installed package) still imports this one,
+    submodules and compiled extensions included: its kernels must land in
+    the cache under this tree's paths."""
     import a3c_core
     from a3c_core.train import worker
 
     other = tmp_path / "a3c_core"
     other.mkdir()
     (other / "__init__.py").write_text("raise ImportError('the other tree was imported')\n")
-    out = subprocess.run(
-        [sys.executable, "-c", worker._HELPER_IMPORTS + "import a3c_core; print(a3c_core.__file__)"],
-        cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": str(tmp_path)},
-        capture_output=True, text=True, timeout=60)
+    code = ("import a3c_core, a3c_core.train.worker as w, a3c_core._hogwild as h; "
+            "print(a3c_core.__file__); print(w.__file__); print(h.__file__)")
+    out = subprocess.run([sys.executable, "-c", worker._HELPER_IMPORTS + code],
+                         cwd=str(tmp_path), capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert os.path.samefile(out.stdout.strip(), a3c_core.__file__)
-    # without the prefix the other tree is found first (the check can fail)
+    pkg, mod, ext = out.stdout.split()
+    assert os.path.samefile(pkg, a3c_core.__file__)
+    assert os.path.samefile(mod, worker.__file__)
+    assert os.path.dirname(os.path.abspath(ext)) == os.path.dirname(os.path.abspath(a3c_core.__file__))
+    # without it the other tree is found first (so the check above can fail)
     plain = subprocess.run([sys.executable, "-c", "import a3c_core"], cwd=str(tmp_path),
-                           env={**os.environ, "PYTHONPATH": str(tmp_path)},
                            capture_output=True, text=True, timeout=60)
     assert "the other tree was imported" in plain.stderr

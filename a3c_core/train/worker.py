@@ -882,12 +882,17 @@ def warm_up_network(net, cross_episode=False, parallel=None, mixed=False):
             helper.stop()
 
 
-#: a helper's code runs first: the a3c_core it imports is this process's,
-#: not one that its working directory or PYTHONPATH would find first (the
-#: Numba cache is keyed by source path: another tree's kernels would be
-#: compiled for nothing)
-_HELPER_IMPORTS = ("import sys; sys.path.insert(0, "
-                   f"{os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))!r}); ")
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: a helper's code runs first: it imports this process's a3c_core package
+#: by its location, not one that the helper's path would find first (``-c``
+#: puts the working directory first; the Numba cache is keyed by source
+#: path, so another tree's kernels would be compiled for nothing)
+_HELPER_IMPORTS = (
+    "import importlib.util as _u, sys as _s\n"
+    f"_p = _u.spec_from_file_location('a3c_core', {os.path.join(_PKG_DIR, '__init__.py')!r}, "
+    f"submodule_search_locations=[{_PKG_DIR!r}])\n"
+    "_m = _s.modules['a3c_core'] = _u.module_from_spec(_p)\n"
+    "_p.loader.exec_module(_m)\n")
 
 
 class _Helper:
