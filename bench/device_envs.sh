@@ -25,7 +25,13 @@
 set -u
 OUT=${1:?usage: device_envs.sh OUT_DIR WHEEL_DIR TRAINED_RUN}
 WHL=${2:-}
-RUN=$(cd "${3:?TRAINED_RUN}" && pwd)
+RUN=${3:?TRAINED_RUN}
+case " ${STEPS:-probe pairs conv} " in    # checked before any device time is spent
+    *" conv "*) [ -f "$RUN/checkpoints/latest.npz" ] && [ -f "$RUN/config.toml" ] || {
+        echo "device_envs.sh: $RUN is not a trained run directory (config.toml, checkpoints/latest.npz)" >&2
+        exit 2; } ;;
+esac
+RUN=$(cd "$RUN" && pwd)
 WORKERS=${WORKERS:-1,4,8,12,16}
 KE=${KE:-4}
 SECONDS_E2E=${E2E_SECONDS:-5}

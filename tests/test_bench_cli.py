@@ -217,11 +217,10 @@ def test_bench_e2e_with_several_envs_per_worker(monkeypatch):
     assert rows[0].median > 0
 
 
-
 def test_bench_e2e_window_waits_for_every_worker(monkeypatch):
-    """Workers start their own envs, so the last can start well after the
-    first: the timed window opens only once every worker has updated, and
-    the row gives the ramp.  Worker 1 is held back 0.6 s here."""
+    """The envs start one at a time, so the last worker can start well after
+    the first: the timed window opens only once every worker has updated,
+    and the row gives the ramp.  Worker 1 is held back 0.6 s here."""
     pytest.importorskip("gymnasium")
     import time as _time
     at_window = []

@@ -889,8 +889,7 @@ class Trainer:
         """Close the logger and every env (engines, child processes). Idempotent."""
         first_error = None
         if self._starter is not None:     # no env may start after the loop below
-            if hasattr(self, "stop_event"):
-                self.stop_event.set()
+            self.stop_event.set()
             self._starter.join(60)
         if self.logger is not None:
             try:
