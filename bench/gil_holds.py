@@ -1,7 +1,7 @@
 """Where a worker holds the GIL, by timestamps in the worker's own thread.
 
     python bench/gil_holds.py [--rollouts 300] [--repeats 3] [--short-us 40] [--episode 40]
-                              [--envs 1]
+                              [--envs 1] [--doom [--engine-core C]] [--worker-core C] [--calls]
 
 The trainer's :class:`~a3c_core.train.worker.Worker` (doom-lstm, the
 default settings for doom:basic) runs on a stand-in env that spins ~250 µs
@@ -24,6 +24,13 @@ call's dispatch into compiled code (~1 µs, GIL held) counts as part of the
 call: the two roughly cancel.  Compare with the interpreter-only bound of
 ``gil_budget.py`` (tiny network, hot caches) to see what the full
 network's kernels, which evict the interpreter's data, add.
+
+``--doom`` plays doom:basic instead: ViZDoom's ``make_action`` and
+``new_episode`` (which release the GIL while the engine runs) are the long
+calls, and ``get_state``/``is_episode_finished`` (GIL held) are recorded
+too; the env's own Python and the engine's effect on this thread's caches
+are then in the figure, as they are in the probe's.  ``--calls`` prints
+each recorded call's duration.
 
 Never run it beside a training run: it measures time on a busy core.
 """
@@ -109,7 +116,11 @@ def instrument(worker, rec):
         rec.saved.append((mod, "_hogwild", mod._hogwild))
         mod._hogwild = _Module(mod._hogwild, rec, "")
     for env in worker.envs:
-        rec.patch(env, "_spin", "env step (nogil spin)")
+        if hasattr(env, "_game"):            # ViZDoom (--doom)
+            rec.saved.append((env, "_game", env._game))
+            env._game = _Game(env._game, rec)
+        else:
+            rec.patch(env, "_spin", "env step (nogil spin)")
     rec.patch(worker.pipe, "_prep", "preprocess")
     worker.net._bw_calls = {}        # the update's plan is rebuilt with the wrappers
 
@@ -128,13 +139,44 @@ def stretches(events, short_ns):
     return out
 
 
-def run_once(rollouts, short_us, episode, n_envs=1):
+class _Game:
+    """A ViZDoom game whose calls are the game's own bound methods (no
+    ``__getattr__`` in the hot loop), ``make_action`` and ``new_episode``
+    (which release the GIL) recorded as long calls."""
+
+    def __init__(self, game, rec):
+        for name in dir(game):
+            if not name.startswith("_"):
+                setattr(self, name, getattr(game, name))
+        self.make_action = rec.wrap("doom make_action", game.make_action)
+        self.new_episode = rec.wrap("doom new_episode", game.new_episode)
+        # short calls (held): timed for the table of calls, not stretch ends
+        self.get_state = rec.wrap("doom get_state", game.get_state)
+        self.is_episode_finished = rec.wrap("doom is_episode_finished",
+                                            game.is_episode_finished)
+
+
+def _doom_envs(n_envs, engine_core=None):
+    """doom:basic envs; ``engine_core``: their engine processes pinned to that
+    core (they inherit the affinity of the thread that starts them)."""
+    from a3c_core.envs import make_env
+    mask = os.sched_getaffinity(0) if engine_core is not None else None
+    try:
+        if mask is not None:
+            os.sched_setaffinity(0, {engine_core})
+        return [make_env("doom:basic", seed=i) for i in range(n_envs)]
+    finally:
+        if mask is not None:
+            os.sched_setaffinity(0, mask)
+
+
+def run_once(rollouts, short_us, episode, n_envs=1, doom=None):
     from a3c_core._blas import limit_blas_threads
     from a3c_core.obs import ObsPipeline
 
     limit_blas_threads(1)
     gp = _gil_parts()
-    envs = [gp._NoGilEnv(episode=episode) for _ in range(n_envs)]
+    envs = doom if doom is not None else [gp._NoGilEnv(episode=episode) for _ in range(n_envs)]
     pipe = ObsPipeline({"kind": "image", "out_shape": [84, 84]}, envs[0].obs_shape)
     w = gp._stand_in_worker(pipe, envs if n_envs > 1 else envs[0])
     for _ in range(30):                    # compile / load, fill the normalizers
@@ -155,8 +197,11 @@ def run_once(rollouts, short_us, episode, n_envs=1):
     for a, b, held, n_short in st:
         groups[(a, b)].append((held, n_short))
     total = sum(h for _, _, h, _ in st)
+    calls = collections.defaultdict(list)
+    for name, t0, t1 in rec.events:
+        calls[name].append((t1 - t0) / 1e3)
     return {"steps": steps, "wall_us_step": wall / steps / 1e3,
-            "held_us_step": total / steps / 1e3, "groups": groups}
+            "held_us_step": total / steps / 1e3, "groups": groups, "calls": calls}
 
 
 def main(argv=None):
@@ -168,10 +213,29 @@ def main(argv=None):
     ap.add_argument("--episode", type=int, default=40, help="stand-in episode length (steps)")
     ap.add_argument("--envs", type=int, default=1,
                     help="envs per worker (a rollout plays each; one update covers them)")
+    ap.add_argument("--doom", action="store_true",
+                    help="play doom:basic (ViZDoom's make_action/new_episode as the long "
+                         "calls) instead of the stand-in env")
+    ap.add_argument("--worker-core", type=int, default=None,
+                    help="pin this (the worker's) thread to that core")
+    ap.add_argument("--engine-core", type=int, default=None,
+                    help="(--doom) pin the engine processes to that core")
+    ap.add_argument("--calls", action="store_true",
+                    help="also print each recorded call's count and median/mean duration")
     a = ap.parse_args(argv)
     if a.rollouts < 1 or a.repeats < 1 or a.short_us <= 0 or a.episode < 1 or a.envs < 1:
         ap.error("--rollouts, --repeats, --episode, --envs must be >= 1 and --short-us > 0")
-    runs = [run_once(a.rollouts, a.short_us, a.episode, a.envs) for _ in range(a.repeats)]
+    if a.engine_core is not None and not a.doom:
+        ap.error("--engine-core needs --doom")
+    doom = _doom_envs(a.envs, a.engine_core) if a.doom else None
+    if a.worker_core is not None:
+        os.sched_setaffinity(0, {a.worker_core})
+    try:
+        runs = [run_once(a.rollouts, a.short_us, a.episode, a.envs, doom)
+                for _ in range(a.repeats)]
+    finally:
+        for env in doom or ():
+            env.close()
     held = [r["held_us_step"] for r in runs]
     print(f"GIL held per agent step (stretches between calls of >= {a.short_us:g} us): "
           + ", ".join(f"{h:.1f}" for h in held) + f" us (median {statistics.median(held):.1f}); "
@@ -185,6 +249,11 @@ def main(argv=None):
         print(f"{src[:26]:>26} -> {dst[:26]:<26} {len(v) / last['steps']:8.3f} "
               f"{statistics.median(hs):10.1f} {sum(hs) / last['steps']:8.2f} "
               f"{statistics.median(n for _, n in v):11.0f}")
+    if a.calls:
+        print(f"\n{'call':>30} {'per step':>8} {'median us':>10} {'mean us':>8}")
+        for name, d in sorted(last["calls"].items(), key=lambda kv: -sum(kv[1])):
+            print(f"{name[:30]:>30} {len(d) / last['steps']:8.3f} {statistics.median(d):10.2f} "
+                  f"{statistics.mean(d):8.2f}")
     return 0
 
 

@@ -1,6 +1,7 @@
 """Training throughput of N worker threads on a stand-in env (no ViZDoom).
 
     python bench/standin_scaling.py [--workers 1,2,4,8,16] [--seconds 8] [--step-us 250]
+                                    [--mode threads,processes]
 
 Each thread runs the trainer's :class:`~a3c_core.train.worker.Worker` (doom-lstm,
 the default rollout settings) against ``gil_parts._NoGilEnv``: a stand-in for
@@ -14,6 +15,16 @@ happens inside the process (the GIL, the shared parameters' cache and memory
 traffic) from the env processes: if the stand-in's steps/s also fall past
 some N, the decline is in-process.  Prints steps/s and the speed-up over one
 worker per N.  Never run it beside a training run.
+
+``--mode processes`` runs the same N workers as N forked processes, each
+with its own GIL: the shared parameters and Adam's two moment arrays are
+one ``MAP_SHARED`` mapping that every process updates in place (Hogwild
+across processes, as threads do in one), while each process keeps its own
+normalizers, counters and Adam step count (throughput only: these are not
+what training would share).  Threads against processes at the same N is
+what the GIL costs at N; what both lose against N times one worker is the
+machine (memory traffic, shared cores).  ``--mode threads,processes``
+alternates the two at each N.
 """
 from __future__ import annotations
 
@@ -26,25 +37,41 @@ import time
 import numpy as np
 
 
-def run(n, seconds, warmup, step_us):
+def _shared_state(net):
     from a3c_core import core
+    return core.SharedState(net.params.copy(), core.Adam(net.n_params, lr=1e-4))
+
+
+def _worker(i, shared, step_us):
     from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer
     from a3c_core.nn.network import build_network
     from a3c_core.obs import ObsPipeline
     from a3c_core.train.worker import RolloutSettings, ThreadStore, Worker
     from gil_parts import _NoGilEnv
 
-    envs = [_NoGilEnv(step_us=step_us) for _ in range(n)]
-    pipes = [ObsPipeline({"kind": "image", "out_shape": (84, 84)}, envs[0].obs_shape) for _ in range(n)]
-    nets = [build_network("doom-lstm", pipes[0].net_obs_shape, envs[0].n_actions) for _ in range(n)]
-    shared = core.SharedState(nets[0].params.copy(), core.Adam(nets[0].n_params, lr=1e-4))
-    store = ThreadStore(shared, ReturnNormalizer(0.99), None, AdvantageNormalizer())
+    env = _NoGilEnv(step_us=step_us)
+    pipe = ObsPipeline({"kind": "image", "out_shape": (84, 84)}, env.obs_shape)
+    net = build_network("doom-lstm", pipe.net_obs_shape, env.n_actions)
+    if shared is None:
+        shared = _shared_state(net)
+    store = getattr(shared, "_standin_store", None)
+    if store is None:
+        store = shared._standin_store = ThreadStore(shared, ReturnNormalizer(0.99), None,
+                                                    AdvantageNormalizer())
     s = RolloutSettings(t_max=20, gamma=0.99, bootstrap_truncated=False, normalize_advantages=True)
-    workers = [Worker(i, envs[i], nets[i], pipes[i], store, s, np.random.default_rng(i))
-               for i in range(n)]
+    return Worker(i, env, net, pipe, store, s, np.random.default_rng(i))
+
+
+def _cores():
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+def run(n, seconds, warmup, step_us):
+    first = _worker(0, None, step_us)
+    workers = [first] + [_worker(i, first.store.shared, step_us) for i in range(1, n)]
     counts = [0] * n
     stop = threading.Event()
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    cores = _cores()
 
     def loop(i):
         if cores:
@@ -66,13 +93,74 @@ def run(n, seconds, warmup, step_us):
     return rate
 
 
+def _share(shared):
+    """Point ``shared``'s params and Adam moments at one ``MAP_SHARED``
+    anonymous mapping (same values), which forked children keep sharing;
+    returns the mapping (kept alive by the caller)."""
+    import mmap
+
+    opt = shared.optimizer
+    arrays = [("params", shared)] + [(a, opt) for a in opt._arrays]
+    n = shared.params.shape[0]
+    mm = mmap.mmap(-1, len(arrays) * n * 4, flags=mmap.MAP_SHARED)
+    for k, (name, owner) in enumerate(arrays):
+        view = np.frombuffer(mm, np.float32, n, k * n * 4)
+        view[...] = getattr(owner, name)
+        setattr(owner, name, view)
+    return mm
+
+
+def run_processes(n, seconds, warmup, step_us):
+    """:func:`run` with N forked processes (see the module docstring)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    shared = _shared_state(_worker(0, None, step_us).net)
+    mm = _share(shared)
+    counts = ctx.Array("q", n, lock=False)
+    stop = ctx.Event()
+    cores = _cores()
+
+    def child(i):
+        if cores:
+            os.sched_setaffinity(0, {cores[i % len(cores)]})
+        w = _worker(i, shared, step_us)
+        while not stop.is_set():
+            counts[i] += w.rollout()[0]
+
+    procs = [ctx.Process(target=child, args=(i,), daemon=True) for i in range(n)]
+    try:
+        for p in procs:
+            p.start()
+        time.sleep(warmup)
+        c0, t0 = sum(counts), time.perf_counter()
+        time.sleep(seconds)
+        rate = (sum(counts) - c0) / (time.perf_counter() - t0)
+    finally:
+        stop.set()
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+        bad = [p.exitcode for p in procs if p.exitcode not in (0, None)]
+    if bad:
+        raise RuntimeError(f"standin_scaling: worker processes exited with {bad}")
+    del mm                   # (the views keep the mapping until they go)
+    return rate
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workers", default="1,2,4,8,16")
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--warmup", type=float, default=3.0)
     ap.add_argument("--step-us", type=float, default=250.0, help="stand-in env step, us")
+    ap.add_argument("--mode", default="threads",
+                    help="threads, processes, or both (comma-separated: alternated at each N)")
     a = ap.parse_args(argv)
+    modes = [m.strip() for m in a.mode.split(",") if m.strip()]
+    if not modes or any(m not in ("threads", "processes") for m in modes):
+        ap.error(f"--mode: threads and/or processes, got {a.mode!r}")
     try:
         ns = [int(x) for x in a.workers.split(",") if x.strip()]
     except ValueError:
@@ -84,13 +172,15 @@ def main(argv=None):
 
     limit_blas_threads(1)
     run(1, 0.5, 0.5, a.step_us)          # compile before anything is timed
-    base = None
-    print(f"{'workers':>7s} {'steps/s':>9s} {'speed-up':>9s}")
+    base = {}
+    print(f"{'mode':>9s} {'workers':>7s} {'steps/s':>9s} {'speed-up':>9s}")
     for n in ns:
-        r = run(n, a.seconds, a.warmup, a.step_us)
-        base = base or (r if n == 1 else None)
-        sp = f"{r / base:8.2f}x" if base else "        -"
-        print(f"{n:7d} {r:9.0f} {sp}", flush=True)
+        for m in modes:
+            r = (run if m == "threads" else run_processes)(n, a.seconds, a.warmup, a.step_us)
+            if n == 1:
+                base.setdefault(m, r)
+            sp = f"{r / base[m]:8.2f}x" if m in base else "        -"
+            print(f"{m:>9s} {n:7d} {r:9.0f} {sp}", flush=True)
     return 0
 
 

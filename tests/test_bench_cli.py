@@ -583,28 +583,69 @@ def test_scaling_model_projects_from_either_gil_row(tmp_path, capsys):
 
 
 def test_standin_scaling_prints_a_rate_per_worker_count(capsys):
-    """bench/standin_scaling.py: every requested count gets a row with a positive
-    rate (the threads really stepped) and bad counts are refused."""
-    import importlib.util
-    import os
+    """bench/standin_scaling.py: every requested count gets a row per mode with
+    a positive rate (the threads or processes really stepped) and bad counts
+    or modes are refused."""
     import sys
 
-    path = os.path.join(os.path.dirname(__file__), "..", "bench", "standin_scaling.py")
-    spec = importlib.util.spec_from_file_location("standin_scaling", path)
-    ss = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ss)
+    ss = _load_bench("standin_scaling")
     saved = list(sys.path)
     try:
         assert ss.main(["--workers", "1,2", "--seconds", "0.4", "--warmup", "0.2"]) == 0
+        out = capsys.readouterr().out
+        assert ss.main(["--workers", "1,2", "--seconds", "0.4", "--warmup", "0.3",
+                        "--mode", "processes,threads"]) == 0
+        out2 = capsys.readouterr().out
     finally:
         sys.path[:] = saved
-    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
-    assert [r[0] for r in rows] == ["1", "2"]
-    assert all(float(r[1]) > 0 for r in rows)
-    assert rows[0][2] == "1.00x"
-    for bad in ("0", "x", ""):
+    rows = [line.split() for line in out.splitlines()[1:]]
+    assert [(r[0], r[1]) for r in rows] == [("threads", "1"), ("threads", "2")]
+    assert all(float(r[2]) > 0 for r in rows)
+    assert rows[0][3] == "1.00x"
+    rows = [line.split() for line in out2.splitlines()[1:]]
+    assert [(r[0], r[1]) for r in rows] == [("processes", "1"), ("threads", "1"),
+                                            ("processes", "2"), ("threads", "2")]
+    assert all(float(r[2]) > 0 for r in rows)
+    assert rows[0][3] == rows[1][3] == "1.00x"
+    for bad in (["--workers", "0"], ["--workers", "x"], ["--workers", ""],
+                ["--mode", "fibers"], ["--mode", ""]):
         with pytest.raises(SystemExit):
-            ss.main(["--workers", bad])
+            ss.main(bad)
+
+
+def test_standin_processes_share_params_and_moments():
+    """standin_scaling._share: the params and Adam's moments keep their values
+    and become one mapping that a forked process writes and this one reads."""
+    import multiprocessing as mp
+    import sys
+
+    import numpy as np
+
+    from a3c_core.nn.network import build_network
+
+    ss = _load_bench("standin_scaling")
+    net = build_network("mlp", (4,), 2)
+    shared = ss._shared_state(net)
+    shared.optimizer.exp_avg[:] = 0.25
+    before = shared.params.copy()
+    mm = ss._share(shared)
+    np.testing.assert_array_equal(shared.params, before)
+    assert (shared.optimizer.exp_avg == 0.25).all()
+
+    def child():
+        shared.params[0] += 1.0
+        shared.optimizer.exp_avg[-1] = 5.0
+        shared.optimizer.exp_avg_sq[1] = 7.0
+        sys.exit(0)
+
+    p = mp.get_context("fork").Process(target=child)
+    p.start()
+    p.join(30)
+    assert p.exitcode == 0
+    assert shared.params[0] == before[0] + 1.0
+    assert shared.optimizer.exp_avg[-1] == 5.0 and shared.optimizer.exp_avg_sq[1] == 7.0
+    np.testing.assert_array_equal(shared.params[1:], before[1:])
+    del mm
 
 
 def test_gil_budget_records_kernels_and_restores_modules(capsys):
@@ -692,9 +733,41 @@ def test_gil_holds_runs_and_restores_the_modules(capsys):
     # a worker with 2 envs: both envs' steps are timed, one update per 2 parts
     assert gh.main(["--rollouts", "3", "--repeats", "1", "--episode", "7", "--envs", "2"]) == 0
     assert "env step (nogil spin)" in capsys.readouterr().out
-    for bad in (["--short-us", "0"], ["--envs", "0"]):
+    for bad in (["--short-us", "0"], ["--envs", "0"], ["--engine-core", "0"]):
         with pytest.raises(SystemExit):
             gh.main(bad)
+
+
+def test_gil_holds_doom_times_the_engine_calls(capsys):
+    """bench/gil_holds.py --doom: ViZDoom's make_action is a long call, the
+    state reads are recorded, each env's game is put back and the envs are
+    closed; --engine-core leaves this thread's cores as they were."""
+    pytest.importorskip("vizdoom")
+    import os
+
+    gh = _load_bench("gil_holds")
+    envs = gh._doom_envs(1, engine_core=sorted(os.sched_getaffinity(0))[0])
+    try:
+        game = envs[0]._game
+        mask = os.sched_getaffinity(0)
+        rec = gh._Recorder()
+        gh.instrument(gh._gil_parts()._stand_in_worker(
+            _image_pipe(envs[0]), envs[0]), rec)
+        assert type(envs[0]._game).__name__ == "_Game"
+        rec.restore()
+        assert envs[0]._game is game
+        assert os.sched_getaffinity(0) == mask
+    finally:
+        envs[0].close()
+    assert gh.main(["--doom", "--rollouts", "3", "--repeats", "1", "--calls"]) == 0
+    out = capsys.readouterr().out
+    assert "doom make_action -> doom_act_packed" in out
+    assert "doom get_state" in out and "doom is_episode_finished" in out
+
+
+def _image_pipe(env):
+    from a3c_core.obs import ObsPipeline
+    return ObsPipeline({"kind": "image", "out_shape": [84, 84]}, env.obs_shape)
 
 
 def test_batched_forward_reports_each_k(capsys):

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# What the GIL costs at N workers on a many-core machine (issue 12): the
+# stand-in worker as N threads of one process against N processes sharing
+# the parameters and Adam's moments (bench/standin_scaling.py --mode), and
+# where one worker holds the GIL with the real doom:basic engine
+# (bench/gil_holds.py --doom).  One prepared command for a lent machine
+# with Python, numpy, numba, Cython and setuptools but no package registry:
+#
+#   bash bench/device_procs.sh OUT_DIR [WHEEL_DIR]
+#
+# WHEEL_DIR as in device_scaling.sh (vizdoom, gymnasium wheels).  WORKERS
+# (default 1,8,16) and SECONDS (4) choose the points; each N runs threads,
+# processes, processes, threads.  ~3 minutes on the 16-core Xeon.
+set -u
+OUT=${1:?usage: device_procs.sh OUT_DIR [WHEEL_DIR]}
+WHL=${2:-}
+WORKERS=${WORKERS:-1,8,16}
+SECS=${SECONDS_RUN:-4}
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+t0=$(date +%s)
+stamp() { echo "== $(( $(date +%s) - t0 )) s: $*"; }
+
+stamp facts
+{ nproc; lscpu; free -g; cat /sys/kernel/mm/transparent_hugepage/enabled \
+  /sys/kernel/mm/transparent_hugepage/shmem_enabled; } >"$OUT/machine.txt" 2>&1
+grep -E "^(Model name|CPU\(s\)|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|NUMA node\(s\)|L2|L3)" "$OUT/machine.txt"
+. "$(dirname "$0")/device_setup.sh"
+B=$(cd "$(dirname "$0")" && pwd)
+
+stamp "stand-in threads/processes at $WORKERS"
+$PY "$B/standin_scaling.py" --workers "$WORKERS" --seconds "$SECS" --warmup 2 \
+    --mode threads,processes
+stamp "again, processes first"
+$PY "$B/standin_scaling.py" --workers "$WORKERS" --seconds "$SECS" --warmup 2 \
+    --mode processes,threads
+stamp "gil_holds --doom (one worker, direct timing)"
+$PY "$B/gil_holds.py" --doom --rollouts 300 --repeats 3
+stamp done
