@@ -59,7 +59,7 @@ def _cmd_train(args):
         from a3c_core import checkpoint as ck
         from a3c_core.checkpoint import CheckpointError
         from a3c_core.train.config import Config, ConfigError, fields as _fields
-        from a3c_core.train.trainer import Trainer, TrainingError
+        from a3c_core.train.trainer import TrainingError, make_trainer
 
     try:
         if args.resume:
@@ -79,10 +79,13 @@ def _cmd_train(args):
         from a3c_core.distributed.cli import misplaced_ray_flags, run_ray_training
 
         if getattr(args, "ray", None) is not None:
+            if cfg.worker_processes:
+                raise ConfigError("config field 'worker_processes' = True: not with --ray "
+                                  "(its nodes are processes already; use --nodes)")
             return run_ray_training(cfg, args, resume=args.resume)
         if misplaced_ray_flags(args):
             raise ConfigError(f"{', '.join(misplaced_ray_flags(args))}: these flags need --ray")
-        trainer = Trainer(cfg, resume=args.resume)
+        trainer = make_trainer(cfg, resume=args.resume)
     except (ConfigError, CheckpointError, ValueError, ImportError, OSError) as e:
         print(f"a3c train: error: {e}", file=sys.stderr)
         return 2

@@ -9,8 +9,11 @@
 #   bash bench/device_procs.sh OUT_DIR [WHEEL_DIR]
 #
 # WHEEL_DIR as in device_scaling.sh (vizdoom, gymnasium wheels).  WORKERS
-# (default 1,8,16) and SECONDS (4) choose the points; each N runs threads,
-# processes, processes, threads.  ~3 minutes on the 16-core Xeon.
+# (default 1,8,16) and SECONDS_RUN (4) choose the points; each N runs
+# threads, processes, processes, threads.  ENV_ID (e.g. doom:basic) plays
+# that env instead of the stand-in; KS (default "1") the envs per worker,
+# each K in turn; HOLDS=0 skips gil_holds.  ~3 minutes on the 16-core Xeon
+# for the defaults.
 set -u
 OUT=${1:?usage: device_procs.sh OUT_DIR [WHEEL_DIR]}
 WHL=${2:-}
@@ -29,12 +32,17 @@ grep -E "^(Model name|CPU\(s\)|Thread\(s\) per core|Core\(s\) per socket|Socket\
 . "$(dirname "$0")/device_setup.sh"
 B=$(cd "$(dirname "$0")" && pwd)
 
-stamp "stand-in threads/processes at $WORKERS"
-$PY "$B/standin_scaling.py" --workers "$WORKERS" --seconds "$SECS" --warmup 2 \
-    --mode threads,processes
-stamp "again, processes first"
-$PY "$B/standin_scaling.py" --workers "$WORKERS" --seconds "$SECS" --warmup 2 \
-    --mode processes,threads
-stamp "gil_holds --doom (one worker, direct timing)"
-$PY "$B/gil_holds.py" --doom --rollouts 300 --repeats 3
+ENVARG=()
+[ -n "${ENV_ID:-}" ] && ENVARG=(--env "$ENV_ID")
+for k in ${KS:-1}; do
+    for modes in threads,processes processes,threads; do
+        stamp "${ENV_ID:-stand-in}, $k env(s) per worker: $modes at $WORKERS"
+        $PY "$B/standin_scaling.py" --workers "$WORKERS" --seconds "$SECS" --warmup 2 \
+            --mode $modes --envs-per-worker "$k" "${ENVARG[@]}"
+    done
+done
+if [ "${HOLDS:-1}" = 1 ]; then
+    stamp "gil_holds --doom (one worker, direct timing)"
+    $PY "$B/gil_holds.py" --doom --rollouts 300 --repeats 3
+fi
 stamp done

@@ -1032,4 +1032,13 @@ def train(cfg: Config | None = None, *, resume: str | None = None, out=None, **o
     cfg = cfg or Config()
     if overrides:
         cfg = cfg.replace(**overrides)
-    return Trainer(cfg, resume=resume, out=out).run()
+    return make_trainer(cfg, resume=resume, out=out).run()
+
+
+def make_trainer(cfg: Config, *, resume: str | None = None, out=None) -> Trainer:
+    """A :class:`Trainer`, or with ``worker_processes`` a
+    :class:`~a3c_core.train.procs.ProcessTrainer`."""
+    if cfg.worker_processes:
+        from a3c_core.train.procs import ProcessTrainer
+        return ProcessTrainer(cfg, resume=resume, out=out)
+    return Trainer(cfg, resume=resume, out=out)

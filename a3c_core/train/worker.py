@@ -70,6 +70,7 @@ import json
 import os
 import subprocess
 import sys
+import contextlib
 import threading
 import time
 from dataclasses import dataclass
@@ -324,6 +325,10 @@ class Worker:
         #: the store's normalizer arrays for the one-call targets, or None
         #: (the separate calls through the store; fused_targets=False)
         self._stats = store.target_stats() if fused_targets else None
+        #: held around the one-call targets: a store whose normalizers other
+        #: processes merge into too (train.procs) gives its lock; threads need
+        #: none (the call holds the GIL)
+        self._targets_lock = getattr(store, "targets_lock", None) or contextlib.nullcontext()
         if self._stats is not None and (settings.reward_scale is None) != (self._stats[0].size > 0):
             self._stats = None          # settings and store disagree: the separate path's errors
         if self._stats is not None and settings.normalize_advantages and self._stats[2].size == 0:
@@ -721,13 +726,14 @@ class Worker:
             return self._targets_separate(n, n_seg)
         rn_st, rn_prm, an_st, an_prm = self._stats
         fixed = np.nan if s.reward_scale is None else float(s.reward_scale)
-        status = rollout_targets(
-            self.raw_rewards, n, self._seg_end, self._seg_boot, self._seg_ended, self._seg_acc,
-            self._seg_raw, n_seg, float(s.reward_clip), fixed, float(s.gamma),
-            float(s.norm_clip), rn_st, rn_prm, self.values, float(s.gae_lambda),
-            an_st if s.normalize_advantages else _NO_STATS, an_prm, self.pg_weights,
-            bool(s.policy_epsilon), self._clip_buf, self._rets_buf, self._adv64_buf,
-            self.rewards, self._ret, self._adv)
+        with self._targets_lock:
+            status = rollout_targets(
+                self.raw_rewards, n, self._seg_end, self._seg_boot, self._seg_ended, self._seg_acc,
+                self._seg_raw, n_seg, float(s.reward_clip), fixed, float(s.gamma),
+                float(s.norm_clip), rn_st, rn_prm, self.values, float(s.gae_lambda),
+                an_st if s.normalize_advantages else _NO_STATS, an_prm, self.pg_weights,
+                bool(s.policy_epsilon), self._clip_buf, self._rets_buf, self._adv64_buf,
+                self.rewards, self._ret, self._adv)
         if status == BAD_RETURNS:
             raise ValueError("ReturnNormalizer.update: returns contain NaN or inf")
         if status == BAD_ADVANTAGES:

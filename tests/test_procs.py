@@ -1,0 +1,253 @@
+"""Worker processes (``worker_processes``, a3c_core.train.procs): the workers'
+shared state is one state, failures and signals end a run as with threads."""
+import csv
+import json
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from a3c_core.checkpoint import load_checkpoint
+from a3c_core.train.config import Config, ConfigError
+from a3c_core.train.trainer import TrainingError, make_trainer
+from proc_util import children_of, start_cli, wait_for_file, wait_gone
+
+pytest.importorskip("gymnasium")
+
+CART = dict(env="CartPole-v1", spec="mlp-lstm", workers=2, worker_processes=True,
+            tensorboard=False, quiet=True, log_interval=0.2)
+
+
+def _episodes(run):
+    with open(os.path.join(run, "episodes.csv"), newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _cfg(tmp_path, **kw):
+    return Config(**dict(CART, run_dir=str(tmp_path / "run"), **kw)).validate()
+
+
+def test_make_trainer_gives_the_process_trainer_and_refuses_unshared_controllers(tmp_path):
+    from a3c_core.train.procs import ProcessTrainer
+
+    t = make_trainer(_cfg(tmp_path, total_steps=10))
+    try:
+        assert isinstance(t, ProcessTrainer)
+        assert t._envs == [None, None]       # env 0 checked the id, then closed
+    finally:
+        t.close()
+    for name, value in (("entropy_target", 0.1), ("adam_clip_relative", 4.0)):
+        with pytest.raises(ConfigError, match=f"'{name}'.*worker_processes"):
+            Config(**dict(CART, **{name: value})).validate()
+
+
+def test_processes_update_one_shared_state(tmp_path):
+    """Two worker processes: every update is counted once by Adam's shared
+    step, every step's return is merged into the one shared normalizer,
+    every episode reaches episodes.csv once, from both workers, and the
+    checkpoint holds what the processes wrote."""
+    cfg = _cfg(tmp_path, total_steps=4000)
+    t = make_trainer(cfg)
+    p0 = t.shared.params.copy()
+    res = t.run()
+    assert res.status == "done" and res.steps >= 4000
+    ck = load_checkpoint(os.path.join(cfg.run_dir, "checkpoints", "latest.npz"))
+    c = ck.meta["counters"]
+    assert c["steps"] == res.steps and c["updates"] > 0 and c["skipped_updates"] == 0
+    assert ck.meta["optimizer_scalars"]["step"] == c["updates"]
+    # the return normalizer merges each step's return once (one rollout each)
+    assert ck.meta["reward_normalizer"]["count"] == res.steps
+    assert ck.meta["advantage_normalizer"]["count"] == res.steps
+    assert not np.array_equal(ck.params, p0)
+    np.testing.assert_array_equal(ck.params, t.shared.params)     # the shared block
+    rows = _episodes(cfg.run_dir)
+    assert [int(r["episode"]) for r in rows] == list(range(1, res.episodes + 1))
+    assert {r["worker"] for r in rows} == {"0", "1"}
+    assert sum(int(r["length"]) for r in rows) <= res.steps
+    summary = json.load(open(os.path.join(cfg.run_dir, "summary.json")))
+    assert summary["updates"] == c["updates"]
+    with open(os.path.join(cfg.run_dir, "metrics.csv")) as fh:
+        assert "losses/policy_loss" in fh.read()       # the workers' loss rows
+
+
+def test_a_worker_process_exception_fails_the_run_with_its_traceback(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(os.path.dirname(__file__))
+    cfg = _cfg(tmp_path, env="crash_envs:RaiseInStep-v0", spec="mlp", total_steps=0)
+    with pytest.raises(TrainingError, match=r"worker \d failed: .*EnvCrash"):
+        make_trainer(cfg).run()
+    log = open(os.path.join(cfg.run_dir, "errors.log")).read()
+    assert "crash_envs: step failed on purpose" in log and "Traceback" in log
+    summary = json.load(open(os.path.join(cfg.run_dir, "summary.json")))
+    assert summary["status"] == "failed"
+
+
+def _worker_pids(proc):
+    """The trainer's worker processes (its python children, not engines)."""
+    out = set()
+    for pid in children_of(proc.pid):
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == proc.pid:
+            out.add(pid)
+    return out
+
+
+def _start(tmp_path, *extra):
+    run = str(tmp_path / "run")
+    proc = start_cli(["train", "--env", "CartPole-v1", "--workers", "2", "--worker-processes",
+                      "--total-steps", "0", "--no-tensorboard", "--log-interval", "0.2",
+                      "--checkpoint-interval", "0.5", "--run-dir", run, *extra], cwd=tmp_path)
+    wait_for_file(os.path.join(run, "checkpoints", "latest.npz"), proc)
+    deadline = time.monotonic() + 30
+    while len(_worker_pids(proc)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return run, proc
+
+
+def _finish(proc, timeout=90):
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return out
+
+
+def test_a_killed_worker_process_fails_the_run_naming_it(tmp_path):
+    run, proc = _start(tmp_path)
+    kids = children_of(proc.pid)
+    victim = min(_worker_pids(proc))
+    os.kill(victim, signal.SIGKILL)
+    out = _finish(proc)
+    assert proc.returncode == 1, out
+    assert f"(pid {victim}) died: killed by SIGKILL" in out
+    assert json.load(open(os.path.join(run, "summary.json")))["status"] == "failed"
+    assert load_checkpoint(run).meta["counters"]["steps"] > 0
+    assert not wait_gone(kids, timeout=10)
+
+
+def test_ctrl_c_to_the_group_stops_the_workers_and_checkpoints(tmp_path):
+    """A terminal's Ctrl-C reaches every process of the group: the workers
+    ignore it, the trainer stops them, writes its checkpoint and exits 130."""
+    run, proc = _start(tmp_path)
+    kids = children_of(proc.pid)
+    assert len(_worker_pids(proc)) == 2
+    os.killpg(proc.pid, signal.SIGINT)
+    out = _finish(proc)
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out and "failed" not in out
+    summary = json.load(open(os.path.join(run, "summary.json")))
+    assert summary["status"] == "interrupted" and summary["errors"] == []
+    ck = load_checkpoint(run)
+    assert ck.meta["counters"]["steps"] == summary["steps"]
+    assert ck.meta["counters"]["episodes"] == len(_episodes(run))
+    assert not wait_gone(kids, timeout=10)
+
+
+def test_workers_die_with_a_killed_trainer(tmp_path):
+    run, proc = _start(tmp_path)
+    workers = _worker_pids(proc)
+    assert len(workers) == 2
+    proc.kill()
+    proc.wait(30)
+    assert not wait_gone(workers, timeout=10)
+
+
+def test_resume_continues_the_shared_counters(tmp_path):
+    cfg = _cfg(tmp_path, total_steps=2000)
+    first = make_trainer(cfg).run()
+    res = make_trainer(cfg.replace(total_steps=4000), resume=cfg.run_dir).run()
+    assert res.steps >= 4000
+    ck = load_checkpoint(cfg.run_dir)
+    assert ck.meta["optimizer_scalars"]["step"] == ck.meta["counters"]["updates"]
+    assert ck.meta["counters"]["updates"] > first.steps // 20
+    rows = _episodes(cfg.run_dir)
+    assert [int(r["episode"]) for r in rows] == list(range(1, res.episodes + 1))
+
+
+def test_proc_store_applies_with_the_shared_optimizer_step():
+    """ProcStore.apply: Adam's bias correction uses the step every process
+    shares (here 5 earlier applies elsewhere: the result is a 6th apply's,
+    bit for bit); a skipped update gives its step back."""
+    import threading
+
+    from a3c_core import core
+    from a3c_core.train import procs
+
+    rng = np.random.default_rng(0)
+    p = rng.standard_normal(4096).astype(np.float32)
+    g = rng.standard_normal(4096).astype(np.float32)
+    m0 = rng.standard_normal(4096).astype(np.float32) * 0.1
+    v0 = rng.random(4096).astype(np.float32) * 0.1
+
+    def state(step):
+        sh = core.SharedState(p, core.Adam(p.size, lr=1e-2))
+        sh.optimizer.exp_avg[:], sh.optimizer.exp_avg_sq[:] = m0, v0
+        sh.optimizer.step = step
+        return sh
+
+    ref = state(5)
+    ref.apply(g, 1e9)
+    sh = state(0)                          # this process's own count says nothing
+    s = np.zeros(procs.N_SCALARS, np.int64)
+    s[procs.S_OPT_STEP], s[procs.S_STEPS] = 5, 100
+    store = procs.ProcStore(sh, None, None, s, threading.Lock(), None)
+    norm, applied = store.apply(g, 1e9)
+    assert applied and norm == pytest.approx(float(np.linalg.norm(g.astype(np.float64))))
+    np.testing.assert_array_equal(sh.params, ref.params)
+    np.testing.assert_array_equal(sh.optimizer.exp_avg_sq, ref.optimizer.exp_avg_sq)
+    assert (s[procs.S_OPT_STEP], s[procs.S_UPDATES], s[procs.S_CONSEC]) == (6, 1, 0)
+    before = sh.params.copy()
+    bad = g.copy()
+    bad[7] = np.nan
+    assert store.apply(bad, 1e9)[1] is False
+    np.testing.assert_array_equal(sh.params, before)
+    assert (s[procs.S_OPT_STEP], s[procs.S_SKIPPED], s[procs.S_CONSEC]) == (6, 1, 1)
+    assert store.add_steps(20) == 120 and store.steps == 120
+
+
+def test_worker_holds_the_stores_targets_lock_around_the_one_call_targets():
+    """The normalizers' merge is atomic between processes only under the
+    store's lock: the worker takes it once per update, for the targets call."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "gil_parts", os.path.join(os.path.dirname(__file__), "..", "bench", "gil_parts.py"))
+    gp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gp)
+    from a3c_core.obs import ObsPipeline
+    import a3c_core.train.worker as W
+
+    class Lock:
+        held = entered = 0
+
+        def __enter__(self):
+            self.held, self.entered = 1, self.entered + 1
+
+        def __exit__(self, *exc):
+            self.held = 0
+
+    env = gp._NoGilEnv(step_us=0, episode=7)
+    pipe = ObsPipeline({"kind": "image", "out_shape": [84, 84]}, env.obs_shape)
+    w = gp._stand_in_worker(pipe, env)
+    lock = w.store.targets_lock = Lock()
+    w2 = W.Worker(0, env, w.net, pipe, w.store, w.s, np.random.default_rng(0))
+    seen = []
+    real = W.rollout_targets
+
+    def spy(*a):
+        seen.append(lock.held)
+        return real(*a)
+
+    W.rollout_targets = spy
+    try:
+        for _ in range(3):
+            w2.rollout()
+    finally:
+        W.rollout_targets = real
+    assert seen == [1, 1, 1] and lock.entered == 3
