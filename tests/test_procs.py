@@ -66,6 +66,18 @@ def test_processes_update_one_shared_state(tmp_path):
     assert [int(r["episode"]) for r in rows] == list(range(1, res.episodes + 1))
     assert {r["worker"] for r in rows} == {"0", "1"}
     assert sum(int(r["length"]) for r in rows) <= res.steps
+    # each row has the step and time its episode ended (sent by its worker,
+    # not read when the trainer drains the pipes, up to a tick later): at
+    # the end of an episode the shared count holds every step of the
+    # episodes that ended before it but each worker's current rollout
+    # (t_max = 20); the last episode's length (<= 500) covers a worker
+    # preempted between reading the count and the clock
+    rows.sort(key=lambda r: float(r["wall_time"]))
+    assert 0 < float(rows[-1]["wall_time"]) <= res.seconds
+    done = 0
+    for r in rows:
+        assert done - cfg.workers * 20 - 500 <= int(r["step"]) <= res.steps
+        done += int(r["length"])
     summary = json.load(open(os.path.join(cfg.run_dir, "summary.json")))
     assert summary["updates"] == c["updates"]
     with open(os.path.join(cfg.run_dir, "metrics.csv")) as fh:

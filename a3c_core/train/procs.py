@@ -137,7 +137,9 @@ class ProcStore(ThreadStore):
             return int(self.scalars[S_STEPS])
 
     def record_episode(self, wid, raw_return, length):
-        self.conn.send(("episode", wid, float(raw_return), int(length)))
+        # with the global step and the time it ended (the trainer logs it later)
+        self.conn.send(("episode", wid, float(raw_return), int(length),
+                        int(self.scalars[S_STEPS]), time.perf_counter()))
 
     def reward_scale(self, returns):
         with self.plock:
@@ -261,13 +263,14 @@ class ProcessTrainer(Trainer):
         failures, their last words."""
         if not self._conns:
             return
+        episodes = []
         for r in mpc.wait(list(self._conns), timeout):
             wid = self._conns[r]
             try:
                 while r.poll():
                     msg = r.recv()
                     if msg[0] == "episode":
-                        self.store.record_episode(wid, msg[2], msg[3])
+                        episodes.append(msg)
                     elif msg[0] == "error":
                         self._reported.add(wid)
                         self.errors.append((wid, msg[2]))
@@ -275,6 +278,17 @@ class ProcessTrainer(Trainer):
             except (EOFError, OSError):
                 del self._conns[r]
                 r.close()
+        episodes.sort(key=lambda m: m[5])       # the workers' episodes in the order they ended
+        for _, wid, ret, length, step, t in episodes:
+            self._ended = step, t
+            self.store.record_episode(wid, ret, length)
+
+    _ended = None     # (global step, perf_counter) of the episode being recorded
+
+    def _on_episode(self, wid, ret, length, index):
+        """The trainer's episode row, with the step and time the worker sent."""
+        step, t = self._ended
+        self._log_episode(wid, ret, length, index, step, self.wall_offset + t - self.t_start)
 
     def _before_tick(self):
         self._drain()

@@ -536,9 +536,12 @@ class Trainer:
         return self.rewards.averages()[0]
 
     def _on_episode(self, wid, ret, length, index):
+        self._log_episode(wid, ret, length, index, int(self.shared.steps), self.elapsed())
+
+    def _log_episode(self, wid, ret, length, index, step, wall):
         self.rewards.add(ret)
         if self.logger is not None:
-            self.logger.episode(index, self.elapsed(), int(self.shared.steps), wid, ret, length)
+            self.logger.episode(index, wall, step, wid, ret, length)
 
     def _maybe_save_best(self):
         """best.npz: the best long average, once ``reward_window`` episodes have finished."""
