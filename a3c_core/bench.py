@@ -637,15 +637,17 @@ def bench_env(env, repeat, min_time) -> list[Row]:
 class _TrainerRun:
     """A real Trainer in a background thread, stopped by :meth:`stop`."""
 
-    def __init__(self, env, spec, workers, seed=0, limit_s=600.0, envs_per_worker=1):
+    def __init__(self, env, spec, workers, seed=0, limit_s=600.0, envs_per_worker=1,
+                 processes=False):
         from a3c_core.train.config import Config
-        from a3c_core.train.trainer import Trainer
+        from a3c_core.train.trainer import make_trainer
 
         self.tmp = tempfile.TemporaryDirectory(prefix="a3c-bench-")
         cfg = Config(env=env, spec=spec, workers=workers, total_steps=0, total_seconds=float(limit_s),
                      seed=seed, envs_per_worker=int(envs_per_worker), run_dir=os.path.join(self.tmp.name, "run"), quiet=True,
-                     tensorboard=False, checkpoint_interval=0.0, log_interval=1.0)
-        self.trainer = Trainer(cfg, out=io.StringIO())
+                     tensorboard=False, checkpoint_interval=0.0, log_interval=1.0,
+                     worker_processes=bool(processes))
+        self.trainer = make_trainer(cfg, out=io.StringIO())
         self.n_envs = int(workers) * int(envs_per_worker)
         self.ramp_s = 0.0
         es = self.trainer.env_spec if isinstance(self.trainer.env_spec, dict) else {}
@@ -661,12 +663,12 @@ class _TrainerRun:
 
     @property
     def steps(self):
-        return int(self.trainer.shared.steps)
+        return self.trainer.live_steps()
 
     def _all_updated(self):
         """Every worker is built (its envs started) and has applied an update."""
-        ws = self.trainer.workers
-        return bool(ws) and all(w is not None and w.stats.updates + w.stats.skipped > 0 for w in ws)
+        counts = self.trainer.worker_updates()
+        return bool(counts) and min(counts) > 0
 
     def start(self, warmup, timeout=None):
         """Start; return once every worker has made its first update and
@@ -720,19 +722,22 @@ class _TrainerRun:
             self.tmp.cleanup()
 
 
-def bench_e2e(env, spec, worker_counts, seconds, warmup, envs_per_worker=1) -> list[Row]:
+def bench_e2e(env, spec, worker_counts, seconds, warmup, envs_per_worker=1,
+              processes=False) -> list[Row]:
     rows, base = [], None
     per = f", {envs_per_worker} envs each" if envs_per_worker > 1 else ""
+    kind = "process(es)" if processes else "thread(s)"
     for n in worker_counts:
-        run = _TrainerRun(env, spec, n, envs_per_worker=envs_per_worker)
+        run = _TrainerRun(env, spec, n, envs_per_worker=envs_per_worker, processes=processes)
         run.start(warmup)
         rates, mean = run.sample_rates(seconds)
         run.stop()
         fs = run.frame_skip
         rows.append(Row(f"train steps/s w{n}", rates, "steps/s",
-                        f"{n} worker thread(s){per}; mean {mean:.0f} over {seconds:g}s after warm-up "
+                        f"{n} worker {kind}{per}; mean {mean:.0f} over {seconds:g}s after warm-up "
                         f"(all workers updating {run.ramp_s:.1f}s after the first)",
-                        {"workers": n, "mean": mean, "ramp_s": run.ramp_s}))
+                        {"workers": n, "mean": mean, "ramp_s": run.ramp_s,
+                         "processes": bool(processes)}))
         rows.append(Row(f"train frames/s w{n}", [r * fs for r in rates], "frames/s",
                         f"steps/s x frame skip {fs}; mean {mean * fs:.0f}", {"workers": n, "mean": mean * fs}))
         if n == 1:
@@ -1038,6 +1043,9 @@ def build_parser():
     p.add_argument("--envs-per-worker", type=_parse_envs, default=1,
                    help="envs each training worker plays (end-to-end rows and the GIL probe; "
                         "default 1)")
+    p.add_argument("--worker-processes", action="store_true",
+                   help="end-to-end rows with each worker in its own process (the trainer's "
+                        "worker_processes); the GIL probe is then skipped")
     p.add_argument("--t-max", type=int, default=20, help="rollout length of loss_and_grad/update (default 20)")
     p.add_argument("--sgemm-n", type=int, default=None, help="sgemm size n (default 1024, --quick 256)")
     p.add_argument("--quick", action="store_true", help="short runs (smoke test; numbers are rough)")
@@ -1203,9 +1211,12 @@ def main(argv=None) -> int:
     elif env is None:
         skipped.append("end-to-end and GIL (no env)")
     else:
-        add(bench_e2e(args.env, spec, workers, seconds, warmup, args.envs_per_worker))
+        add(bench_e2e(args.env, spec, workers, seconds, warmup, args.envs_per_worker,
+                      args.worker_processes))
         if args.skip_gil:
             skipped.append("GIL probe (--skip-gil)")
+        elif args.worker_processes:
+            skipped.append("GIL probe (--worker-processes: the workers share no GIL)")
         else:
             add(bench_gil(args.env, spec, max(seconds, 2.0), warmup, args.envs_per_worker))
 

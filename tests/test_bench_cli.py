@@ -246,6 +246,38 @@ def test_bench_e2e_window_waits_for_every_worker(monkeypatch):
     ramp = rows[0].extra["ramp_s"]
     assert 0.5 <= ramp < 5.0
     assert f"all workers updating {ramp:.1f}s after the first" in rows[0].notes
+
+
+def test_bench_e2e_with_worker_processes(monkeypatch):
+    """--worker-processes: the rows time worker processes (their steps read
+    from the shared counters), the window opens once every process has
+    updated (worker 1 held back 0.6 s in its process), the notes say so."""
+    pytest.importorskip("gymnasium")
+    import time as _time
+    at_window = []
+
+    class Slow(bench._TrainerRun):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            make = self.trainer._make_worker
+
+            def late(wid):
+                if wid == 1:
+                    _time.sleep(0.6)
+                return make(wid)
+            self.trainer._make_worker = late
+
+        def sample_rates(self, seconds, tick=0.5):
+            at_window.append(self.trainer.worker_updates())
+            return super().sample_rates(seconds, tick)
+
+    monkeypatch.setattr(bench, "_TrainerRun", Slow)
+    rows = bench.bench_e2e("CartPole-v1", "mlp", [2], 0.5, 0.1, processes=True)
+    assert len(at_window) == 1 and min(at_window[0]) > 0
+    assert 0.5 <= rows[0].extra["ramp_s"] < 5.0 and rows[0].extra["processes"] is True
+    assert "2 worker process(es)" in rows[0].notes and rows[0].median > 0
+
+
 def test_stay_check_on_a_known_run(tmp_path, capsys):
     """bench/stay_check.py against a hand-made episodes.csv: 200 episodes of
     -100, then 1,500 of 80 with one 50-episode dip to -200 in the middle."""

@@ -331,6 +331,15 @@ class ProcessTrainer(Trainer):
         self._workers_running(procs)    # one that died without a word
         self._mirror()
 
+    def live_steps(self) -> int:
+        return int(self._block["scalars"][S_STEPS]) if self._block is not None else 0
+
+    def worker_updates(self) -> list:
+        if self._block is None:
+            return [0] * self.n_workers
+        rows = self._block["losses"]
+        return [int(u + k) for u, k in zip(rows[:, 4], rows[:, 5])]
+
     def _loss_totals(self):
         if self._block is None:
             return np.zeros(len(LossStats.FIELDS))

@@ -584,6 +584,14 @@ class Trainer:
             self.errors.append((wid, traceback.format_exc()))
             self.stop_event.set()
 
+    def live_steps(self) -> int:
+        """The agent steps so far, as the workers count them (for a bench)."""
+        return int(self.shared.steps)
+
+    def worker_updates(self) -> list:
+        """Updates applied or skipped by each worker so far (0 for one not built yet)."""
+        return [0 if w is None else int(w.stats.updates + w.stats.skipped) for w in self.workers]
+
     def _loss_totals(self):
         """Sum of every worker's :class:`LossStats` (fields as a float array)."""
         arrs = [w.stats.as_array() for w in self.workers if w is not None]
