@@ -143,18 +143,21 @@ def test_a_killed_worker_process_fails_the_run_naming_it(tmp_path):
     assert not wait_gone(kids, timeout=10)
 
 
-def test_ctrl_c_to_the_group_stops_the_workers_and_checkpoints(tmp_path):
-    """A terminal's Ctrl-C reaches every process of the group: the workers
-    ignore it, the trainer stops them, writes its checkpoint and exits 130."""
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_to_the_group_stops_the_workers_and_checkpoints(tmp_path, sig):
+    """A terminal's Ctrl-C (or a SIGTERM to the group) reaches every process:
+    the workers ignore it, the trainer stops them, writes its checkpoint and
+    exits 130 (143)."""
     run, proc = _start(tmp_path)
     kids = children_of(proc.pid)
     assert len(_worker_pids(proc)) == 2
-    os.killpg(proc.pid, signal.SIGINT)
+    os.killpg(proc.pid, getattr(signal, sig))
     out = _finish(proc)
-    assert proc.returncode == 130, out
+    assert proc.returncode == {"SIGINT": 130, "SIGTERM": 143}[sig], out
     assert "Traceback" not in out and "failed" not in out
     summary = json.load(open(os.path.join(run, "summary.json")))
     assert summary["status"] == "interrupted" and summary["errors"] == []
+    assert summary["signal"] == sig
     ck = load_checkpoint(run)
     assert ck.meta["counters"]["steps"] == summary["steps"]
     assert ck.meta["counters"]["episodes"] == len(_episodes(run))
@@ -263,3 +266,12 @@ def test_worker_holds_the_stores_targets_lock_around_the_one_call_targets():
     finally:
         W.rollout_targets = real
     assert seen == [1, 1, 1] and lock.entered == 3
+
+
+def test_processes_with_several_envs_per_worker(tmp_path):
+    """Each worker process starts and plays its own 2 envs."""
+    cfg = _cfg(tmp_path, total_steps=2000, envs_per_worker=2)
+    res = make_trainer(cfg).run()
+    assert res.status == "done" and res.steps >= 2000
+    rows = _episodes(cfg.run_dir)
+    assert {r["worker"] for r in rows} == {"0", "1"} and len(rows) == res.episodes

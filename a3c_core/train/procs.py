@@ -234,8 +234,10 @@ class ProcessTrainer(Trainer):
         return self._procs
 
     def _child_main(self, wid, conn):
-        signal.signal(signal.SIGINT, signal.SIG_IGN)     # the trainer stops us
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        # a terminal's Ctrl-C or a SIGTERM to the whole group: the trainer,
+        # which gets it too, stops the workers and checkpoints
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         _die_with_parent()
         for r in self._conns:                  # the earlier workers' pipes: not ours
             r.close()
