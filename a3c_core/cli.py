@@ -99,7 +99,8 @@ def _cmd_train(args):
 def _run_trainer(trainer, cfg, TrainingError):
     if trainer.resume_note:
         print(trainer.resume_note, flush=True)
-    line = (f"run directory: {trainer.run_dir}  ({trainer.n_workers} workers, {trainer.spec_name}, "
+    kind = "worker processes" if cfg.worker_processes else "workers"
+    line = (f"run directory: {trainer.run_dir}  ({trainer.n_workers} {kind}, {trainer.spec_name}, "
             f"{trainer.shared.params.size:,} parameters, env {cfg.env})")
     norm = trainer.pipeline_spec.get("norm")
     if norm is not None:
