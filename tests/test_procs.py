@@ -81,7 +81,11 @@ def test_processes_update_one_shared_state(tmp_path):
     summary = json.load(open(os.path.join(cfg.run_dir, "summary.json")))
     assert summary["updates"] == c["updates"]
     with open(os.path.join(cfg.run_dir, "metrics.csv")) as fh:
-        assert "losses/policy_loss" in fh.read()       # the workers' loss rows
+        metrics = list(csv.reader(fh))
+    names = {r[2] for r in metrics[1:]}
+    assert "losses/policy_loss" in names             # the workers' loss rows
+    assert {float(r[3]) for r in metrics[1:] if r[2] == "charts/merging_workers"} <= {0, 1, 2}
+    assert "charts/merging_workers" in names
 
 
 def test_a_worker_process_exception_fails_the_run_with_its_traceback(tmp_path, monkeypatch):
@@ -275,3 +279,29 @@ def test_processes_with_several_envs_per_worker(tmp_path):
     assert res.status == "done" and res.steps >= 2000
     rows = _episodes(cfg.run_dir)
     assert {r["worker"] for r in rows} == {"0", "1"} and len(rows) == res.episodes
+
+
+def test_free_lock_takes_back_a_lock_a_killed_worker_held():
+    import multiprocessing as mp
+
+    from a3c_core.train.procs import free_lock
+
+    ctx = mp.get_context("fork")
+    lock, held = ctx.Lock(), ctx.Event()
+
+    def hold():
+        lock.acquire()
+        held.set()
+        time.sleep(60)
+
+    p = ctx.Process(target=hold, daemon=True)
+    p.start()
+    assert held.wait(30)
+    p.kill()
+    p.join()
+    assert free_lock(lock, wait=0.2) is True       # it was held: released
+    assert lock.acquire(timeout=1.0)
+    lock.release()
+    assert free_lock(lock, wait=0.2) is False      # free: left as it was
+    assert lock.acquire(timeout=1.0)
+    lock.release()

@@ -150,6 +150,17 @@ class ProcStore(ThreadStore):
             return super().advantage_scale(advantages)
 
 
+def free_lock(lock, wait=1.0):
+    """After a worker died: ``lock`` is held only for µs at a time, so if it
+    stays held ``wait`` s the dead worker held it; release it for the others
+    (a multiprocessing lock may be released by any process)."""
+    if lock.acquire(timeout=wait):
+        lock.release()
+        return False
+    lock.release()
+    return True
+
+
 def _die_with_parent():
     """SIGKILL this process when the process that forked it exits (Linux)."""
     try:
@@ -190,6 +201,7 @@ class ProcessTrainer(Trainer):
         n = sh.n_params
         specs = [("scalars", (N_SCALARS,), np.int64),
                  ("losses", (self.n_workers, len(LossStats.FIELDS)), np.float64),
+                 ("merging", (self.n_workers,), np.int64),     # -1: not updating yet
                  ("params", (n,), sh.params.dtype)]
         specs += [("opt." + a, (n,), getattr(opt, a).dtype) for a in opt._arrays]
         norms = [(k, m) for k, m in (("rn", self.normalizer), ("an", self.adv_normalizer))
@@ -201,6 +213,7 @@ class ProcessTrainer(Trainer):
             b.move(opt, a, "opt." + a)
         for k, m in norms:
             b.move(m, "stats", k + ".stats")
+        b["merging"][:] = -1
         s = b["scalars"]
         s[S_STEPS], s[S_UPDATES], s[S_SKIPPED] = sh.steps, sh.updates, sh.skipped_updates
         s[S_OPT_STEP] = int(getattr(opt, "step", 0))
@@ -222,6 +235,8 @@ class ProcessTrainer(Trainer):
         self._share()
         ctx = mp.get_context("fork")
         self._lock, self._pstop = ctx.Lock(), ctx.Event()
+        if self.logger is not None:
+            self.logger.flush()     # no buffered row is copied into the children
         self.t_start = time.perf_counter()
         for wid in range(self.n_workers):
             r, w = ctx.Pipe(duplex=False)
@@ -247,12 +262,14 @@ class ProcessTrainer(Trainer):
             self.store = ProcStore(self.shared, self.normalizer, self.adv_normalizer,
                                    self._block["scalars"], self._lock, conn)
             w = self._make_worker(wid)
-            rows, stop, total = self._block["losses"], self._pstop, self.cfg.total_steps
+            rows, merging = self._block["losses"], self._block["merging"]
+            stop, total = self._pstop, self.cfg.total_steps
             while not stop.is_set():
                 if total and self.store.steps >= total:
                     break
                 w.rollout()
                 rows[wid] = w.stats.as_array()
+                merging[wid] = w.merging
             conn.send(("done", wid))
         except BaseException:  # noqa: BLE001 - reported to the trainer
             conn.send(("error", wid, traceback.format_exc()))
@@ -311,6 +328,7 @@ class ProcessTrainer(Trainer):
                                              f"{_describe_exit(p.exitcode)}"))
                     self.stop_event.set()
                     self._pstop.set()
+                    free_lock(self._lock)     # the others can then stop at once
         return alive
 
     def _stop_workers(self, procs):
@@ -341,6 +359,12 @@ class ProcessTrainer(Trainer):
             return [0] * self.n_workers
         rows = self._block["losses"]
         return [int(u + k) for u, k in zip(rows[:, 4], rows[:, 5])]
+
+    def _merging_workers(self):
+        if self._block is None:
+            return None
+        m = self._block["merging"]
+        return int((m > 0).sum()) if (m >= 0).any() else None
 
     def _loss_totals(self):
         if self._block is None:

@@ -592,6 +592,11 @@ class Trainer:
         """Updates applied or skipped by each worker so far (0 for one not built yet)."""
         return [0 if w is None else int(w.stats.updates + w.stats.skipped) for w in self.workers]
 
+    def _merging_workers(self):
+        """How many workers' rollouts run on into the next episode (None: no worker yet)."""
+        ws = [w for w in getattr(self, "workers", ()) if w is not None]
+        return sum(bool(getattr(w, "merging", False)) for w in ws) if ws else None
+
     def _loss_totals(self):
         """Sum of every worker's :class:`LossStats` (fields as a float array)."""
         arrs = [w.stats.as_array() for w in self.workers if w is not None]
@@ -797,10 +802,9 @@ class Trainer:
             log.scalar("charts/entropy_beta", self.entropy_ctl.beta_now, steps, el)
         if self.cfg.effective_merge_below() > 0:
             # how many workers' rollouts run on into the next episode (merge_below)
-            ws = [w for w in getattr(self, "workers", ()) if w is not None]
-            if ws:
-                log.scalar("charts/merging_workers",
-                           sum(bool(getattr(w, "merging", False)) for w in ws), steps, el)
+            merging = self._merging_workers()
+            if merging is not None:
+                log.scalar("charts/merging_workers", merging, steps, el)
         n_upd = d[4]
         if n_upd > 0:
             for i, name in enumerate(("policy_loss", "value_loss", "entropy", "grad_norm")):
