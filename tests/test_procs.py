@@ -29,7 +29,7 @@ def _cfg(tmp_path, **kw):
     return Config(**dict(CART, run_dir=str(tmp_path / "run"), **kw)).validate()
 
 
-def test_make_trainer_gives_the_process_trainer_and_refuses_unshared_controllers(tmp_path):
+def test_make_trainer_gives_the_process_trainer(tmp_path):
     from a3c_core.train.procs import ProcessTrainer
 
     t = make_trainer(_cfg(tmp_path, total_steps=10))
@@ -38,9 +38,8 @@ def test_make_trainer_gives_the_process_trainer_and_refuses_unshared_controllers
         assert t._envs == [None, None]       # env 0 checked the id, then closed
     finally:
         t.close()
-    for name, value in (("entropy_target", 0.1), ("adam_clip_relative", 4.0)):
-        with pytest.raises(ConfigError, match=f"'{name}'.*worker_processes"):
-            Config(**dict(CART, **{name: value})).validate()
+    with pytest.raises(ConfigError, match="'workers'"):
+        Config(**dict(CART, workers=-1)).validate()
 
 
 def test_processes_update_one_shared_state(tmp_path):
@@ -305,3 +304,91 @@ def test_free_lock_takes_back_a_lock_a_killed_worker_held():
     assert free_lock(lock, wait=0.2) is False      # free: left as it was
     assert lock.acquire(timeout=1.0)
     lock.release()
+
+
+def _two_stores(clip_relative=4.0, entropy=False):
+    """Two ProcStores as two worker processes see them: their own optimizer
+    and controller objects on the same arrays, block and lock."""
+    import threading
+
+    from a3c_core import core
+    from a3c_core.core.normalize import EntropyController
+    from a3c_core.train import procs
+
+    rng = np.random.default_rng(1)
+    n = 2048
+    p = rng.standard_normal(n).astype(np.float32)
+    s = np.zeros(procs.N_SCALARS, np.int64)
+    f = np.zeros(procs.N_FLOATS)
+    lock = threading.Lock()
+    stores, first = [], None
+    for _ in range(2):
+        sh = core.SharedState(p, core.Adam(n, lr=1e-3, clip_relative=clip_relative))
+        if first is None:
+            first = sh
+        else:
+            sh.params = first.params
+            sh.optimizer.exp_avg, sh.optimizer.exp_avg_sq = (first.optimizer.exp_avg,
+                                                              first.optimizer.exp_avg_sq)
+        ctl = EntropyController(0.5, 0.01) if entropy else None
+        stores.append(procs.ProcStore(sh, None, None, s, lock, None, ctl, f))
+    return stores, s, f, rng
+
+
+def test_proc_stores_keep_one_running_sum_of_v():
+    """Adam's clip_relative threshold comes from sum(v), kept by a running
+    recurrence: with two processes applying in turn, the shared sum stays
+    the exact sum of the shared v (the first apply sums it exactly, the
+    others add their own terms), and the clip counts add up."""
+    from a3c_core.train import procs
+
+    stores, s, f, rng = _two_stores()
+    s[procs.S_OPT_STEP] = 2000               # past the clip's first 1/(1-beta2) applies
+    s[procs.S_VSUM_STEP] = -1
+    v = stores[0].shared.optimizer.exp_avg_sq
+    v[:] = rng.random(v.size).astype(np.float32) * 1e-3
+    for k in range(8):
+        g = (rng.standard_normal(v.size) * (1.0 + 3.0 * (k == 5))).astype(np.float32)
+        assert stores[k % 2].apply(g, 1e9)[1]
+    # and one apply of store 1 inside one of store 0 (after its read of the
+    # sum, before its own term is added), as two processes overlap
+    a, b = stores
+    real = a.shared.apply
+
+    def overlapped(*args, **kw):
+        a.shared.apply = real
+        assert b.apply(rng.standard_normal(v.size).astype(np.float32), 1e9)[1]
+        return real(*args, **kw)
+
+    a.shared.apply = overlapped
+    assert a.apply(rng.standard_normal(v.size).astype(np.float32), 1e9)[1]
+    exact = float(np.sum(v, dtype=np.float64))
+    assert f[procs.F_VSUM] == pytest.approx(exact, rel=1e-5)
+    assert s[procs.S_VSUM_STEP] == 2000 and s[procs.S_OPT_STEP] == 2010
+    assert s[procs.S_CHECKS] == 10 and 1 <= s[procs.S_CLIPS] <= 10     # the 4x burst clipped
+
+
+def test_proc_stores_share_the_entropy_controller():
+    """The entropy floor's multiplier moves with every process's updates, as
+    one controller fed the same updates in the same order."""
+    from a3c_core.core.normalize import EntropyController
+    from a3c_core.train import procs
+
+    stores, s, f, _ = _two_stores(clip_relative=0.0, entropy=True)
+    f[procs.F_BETA] = 0.01
+    ref = EntropyController(0.5, 0.01)
+    for k, (h, n) in enumerate([(0.1, 20), (0.2, 20), (0.05, 10), (0.9, 20), (0.1, 20)]):
+        got = stores[k % 2].entropy_beta(h * n, n)
+        assert got == ref.update(h * n, n)
+    assert f[procs.F_LOG_MULT] == ref.log_mult > 0
+
+
+def test_processes_with_the_entropy_floor_and_the_relative_clip(tmp_path):
+    cfg = _cfg(tmp_path, total_steps=3000, entropy_target=0.3, adam_clip_relative=4.0)
+    res = make_trainer(cfg).run()
+    assert res.status == "done"
+    ck = load_checkpoint(cfg.run_dir)
+    lm = ck.meta["entropy_controller"]["log_mult"]
+    assert np.isfinite(lm) and lm >= 0
+    with open(os.path.join(cfg.run_dir, "metrics.csv")) as fh:
+        assert "charts/entropy_beta" in fh.read()

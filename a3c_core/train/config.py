@@ -120,7 +120,7 @@ class Config:
     lstm_size: Optional[int] = _f(None, "LSTM size (default: the spec's, 256 for doom-lstm/atari-lstm, 64 for mlp-lstm)")
     workers: int = _f(0, "number of worker threads, 0-256 (0 = number of CPU cores)")
     envs_per_worker: int = _f(1, "envs each worker thread plays, 1-64: a rollout plays each in turn for up to t_max steps (each with its own LSTM state and episodes, the same parameters) and one update covers them all, so an update's fixed costs (its Python, the clip and apply passes over the flat arrays) are paid once per envs_per_worker x t_max steps. 1 = the A3C paper's worker")
-    worker_processes: bool = _f(False, "run each worker in its own process (Linux, forked after the warm-up) instead of a thread: the parameters, the optimizer's statistics and the reward/advantage normalizers live in shared memory that every process updates in place (Hogwild, as threads do), so the workers do not queue for one GIL. On a 16-core Xeon with doom:basic, 16 worker processes ran 1.5-1.7x the steps/s of 16 threads, 8 about the same (bench/RESULTS.md). Not with entropy_target or adam_clip_relative")
+    worker_processes: bool = _f(False, "run each worker in its own process (Linux, forked after the warm-up) instead of a thread: the parameters, the optimizer's statistics and the reward/advantage normalizers live in shared memory that every process updates in place (Hogwild, as threads do), so the workers do not queue for one GIL. On a 16-core Xeon with doom:basic, 16 worker processes ran 1.5-1.7x the steps/s of 16 threads, 8 about the same (bench/RESULTS.md)")
     pin_threads: bool = _f(True, "pin worker i and its ViZDoom engine process to core i mod cores (Linux; +33 percent steps/s with 1 worker on 2 cores)")
     t_max: int = _f(20, "rollout length: steps per update (truncated BPTT window), 1-10000")
     gamma: float = _f(0.99, "discount factor, in [0, 1]")
@@ -359,11 +359,6 @@ class Config:
             bad("adam_eps", "must be > 0")
         if not 0.0 <= self.adam_clip_relative <= 1e9:
             bad("adam_clip_relative", "must be in [0, 1e9] (0 = off)")
-        if self.worker_processes:
-            for name in ("entropy_target", "adam_clip_relative"):
-                if getattr(self, name) > 0:
-                    bad(name, "is not supported with worker_processes (its controller's state "
-                        "is not shared between processes); set it to 0 or use threads")
         if self.min_rollout > self.t_max:
             bad("min_rollout", f"must be <= t_max ({self.t_max}): a rollout has at most t_max steps")
         if self.lr_anneal and self.lr_anneal_steps == 0 and self.total_steps == 0:

@@ -29,9 +29,10 @@ one (killed) fails the run with its exit status.  Children ignore SIGINT (a
 terminal's Ctrl-C reaches the whole process group; the trainer stops them)
 and die with the trainer (``PR_SET_PDEATHSIG``).
 
-Not with ``entropy_target`` or ``adam_clip_relative`` (their controllers keep
-Python state that is not shared yet), nor with ``--ray`` (its nodes are
-already processes).  Linux only (fork).
+Adam's ``clip_relative`` keeps its running sum of v in the block too (each
+apply adds its own term to what the others left, under the lock), and so
+does the entropy controller its multiplier.  Not with ``--ray`` (its nodes
+are already processes).  Linux only (fork).
 """
 from __future__ import annotations
 
@@ -54,8 +55,12 @@ from a3c_core.train.worker import LossStats, ThreadStore
 __all__ = ["ProcessTrainer", "ProcStore", "SharedBlock"]
 
 # the int64 counters of SharedBlock "scalars"
-S_STEPS, S_UPDATES, S_SKIPPED, S_CONSEC, S_OPT_STEP = range(5)
+S_STEPS, S_UPDATES, S_SKIPPED, S_CONSEC, S_OPT_STEP, S_VSUM_STEP, S_CLIPS, S_CHECKS = range(8)
 N_SCALARS = 8
+# its float64 "floats": Adam's running sum(v) (clip_relative), the entropy
+# controller's log multiplier and coefficient
+F_VSUM, F_LOG_MULT, F_BETA = range(3)
+N_FLOATS = 4
 
 #: seconds a stopping worker process may take (its rollout, closing its envs)
 #: before it is killed
@@ -93,14 +98,17 @@ class SharedBlock:
 class ProcStore(ThreadStore):
     """A worker process's side of the shared state: the same
     :class:`~a3c_core.train.worker.ThreadStore` on shared arrays, with the
-    counters, the optimizer's step and the normalizers' merges under the
-    process-shared ``lock``, and finished episodes sent over ``conn``."""
+    counters, the optimizer's step and running sum of v, the entropy
+    controller and the normalizers' merges under the process-shared
+    ``lock``, and finished episodes sent over ``conn``."""
 
     syncs_on_apply = True
 
-    def __init__(self, shared, normalizer, adv_normalizer, scalars, lock, conn):
-        super().__init__(shared, normalizer, None, adv_normalizer, None)
+    def __init__(self, shared, normalizer, adv_normalizer, scalars, lock, conn,
+                 entropy_ctl=None, floats=None):
+        super().__init__(shared, normalizer, None, adv_normalizer, entropy_ctl)
         self.scalars = scalars
+        self.floats = np.zeros(N_FLOATS) if floats is None else floats
         self.plock = lock
         #: held by the worker around its one-call targets (the normalizers' merges)
         self.targets_lock = lock
@@ -111,14 +119,19 @@ class ProcStore(ThreadStore):
         return int(self.scalars[S_STEPS])
 
     def apply(self, grads, max_grad_norm, offset=0, local=None):
-        sh, s = self.shared, self.scalars
+        sh, s, f = self.shared, self.scalars, self.floats
         opt = sh.optimizer
         stepped = hasattr(opt, "step")
+        relative = getattr(opt, "clip_relative", 0.0) > 0
         with self.plock:
             sh.steps = int(s[S_STEPS])          # the learning-rate anneal's global step
             if stepped:                          # this apply is the optimizer's step + 1
                 opt.step = int(s[S_OPT_STEP])
                 s[S_OPT_STEP] += 1
+            if relative:                         # Adam's running sum(v), as all applies left it
+                v0, vs0 = opt._v_sum, opt._v_sum_step = (
+                    float(f[F_VSUM]), None if s[S_VSUM_STEP] < 0 else int(s[S_VSUM_STEP]))
+                c0, k0 = opt.relative_clips, opt.relative_checks
         norm, applied = sh.apply(grads, max_grad_norm, offset=offset, sync_to=local)
         with self.plock:
             if applied:
@@ -129,7 +142,31 @@ class ProcStore(ThreadStore):
                 s[S_CONSEC] += 1
                 if stepped:                      # nothing applied: the step is given back
                     s[S_OPT_STEP] -= 1
+            if relative:
+                s[S_CLIPS] += opt.relative_clips - c0
+                s[S_CHECKS] += opt.relative_checks - k0
+                self._merge_v_sum(opt, v0, vs0, applied)
         return norm, applied
+
+    def _merge_v_sum(self, opt, v0, vs0, applied):
+        """Adam's running sum(v) after this apply, into the shared one (lock
+        held): its own term on top of what the other processes' applies
+        made of it meanwhile, or the exact sum its clip_scale took."""
+        s, f = self.scalars, self.floats
+        if opt._v_sum_step is None:
+            s[S_VSUM_STEP] = -1                  # unknown: the next clip_scale sums v again
+        elif opt._v_sum_step != vs0:             # summed exactly during this apply
+            f[F_VSUM], s[S_VSUM_STEP] = opt._v_sum, opt._v_sum_step
+        elif applied:                            # v_new = b2 v + (1 - b2) d^2, summed
+            f[F_VSUM] = opt.beta2 * f[F_VSUM] + (opt._v_sum - opt.beta2 * v0)
+
+    def entropy_beta(self, entropy_sum=0.0, n=0):
+        ctl, f = self.entropy_ctl, self.floats
+        with self.plock:
+            ctl.log_mult, ctl.beta_now = float(f[F_LOG_MULT]), float(f[F_BETA])
+            beta = ctl.update(entropy_sum, n)
+            f[F_LOG_MULT], f[F_BETA] = ctl.log_mult, ctl.beta_now
+        return beta
 
     def add_steps(self, n):
         with self.plock:
@@ -199,7 +236,7 @@ class ProcessTrainer(Trainer):
     def _share(self):
         sh, opt = self.shared, self.shared.optimizer
         n = sh.n_params
-        specs = [("scalars", (N_SCALARS,), np.int64),
+        specs = [("scalars", (N_SCALARS,), np.int64), ("floats", (N_FLOATS,), np.float64),
                  ("losses", (self.n_workers, len(LossStats.FIELDS)), np.float64),
                  ("merging", (self.n_workers,), np.int64),     # -1: not updating yet
                  ("params", (n,), sh.params.dtype)]
@@ -217,6 +254,13 @@ class ProcessTrainer(Trainer):
         s = b["scalars"]
         s[S_STEPS], s[S_UPDATES], s[S_SKIPPED] = sh.steps, sh.updates, sh.skipped_updates
         s[S_OPT_STEP] = int(getattr(opt, "step", 0))
+        f = b["floats"]
+        if getattr(opt, "clip_relative", 0.0) > 0:
+            f[F_VSUM] = opt._v_sum
+            s[S_VSUM_STEP] = -1 if opt._v_sum_step is None else opt._v_sum_step
+            s[S_CLIPS], s[S_CHECKS] = opt.relative_clip_counts()
+        if self.entropy_ctl is not None:
+            f[F_LOG_MULT], f[F_BETA] = self.entropy_ctl.log_mult, self.entropy_ctl.beta_now
 
     def _mirror(self):
         """The trainer's own counters from the shared ones (its monitor,
@@ -225,8 +269,14 @@ class ProcessTrainer(Trainer):
             return
         s, sh = self._block["scalars"], self.shared
         sh.steps, sh.updates, sh.skipped_updates = int(s[S_STEPS]), int(s[S_UPDATES]), int(s[S_SKIPPED])
-        if hasattr(sh.optimizer, "step"):
-            sh.optimizer.step = int(s[S_OPT_STEP])
+        opt, f = sh.optimizer, self._block["floats"]
+        if hasattr(opt, "step"):
+            opt.step = int(s[S_OPT_STEP])
+        if getattr(opt, "clip_relative", 0.0) > 0:
+            with opt._lock:
+                opt.relative_clips, opt.relative_checks = int(s[S_CLIPS]), int(s[S_CHECKS])
+        if self.entropy_ctl is not None:
+            self.entropy_ctl.log_mult, self.entropy_ctl.beta_now = float(f[F_LOG_MULT]), float(f[F_BETA])
         self.store.consecutive_skips = int(s[S_CONSEC])
 
     # -- backend hooks ----------------------------------------------------------
@@ -260,7 +310,8 @@ class ProcessTrainer(Trainer):
             if self._cores:
                 os.sched_setaffinity(0, {self._cores[wid % len(self._cores)]})
             self.store = ProcStore(self.shared, self.normalizer, self.adv_normalizer,
-                                   self._block["scalars"], self._lock, conn)
+                                   self._block["scalars"], self._lock, conn, self.entropy_ctl,
+                                   self._block["floats"])
             w = self._make_worker(wid)
             rows, merging = self._block["losses"], self._block["merging"]
             stop, total = self._pstop, self.cfg.total_steps
