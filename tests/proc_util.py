@@ -71,3 +71,13 @@ def wait_for_file(path, proc, timeout=120.0):
             proc.kill()
             raise AssertionError(f"{path} did not appear within {timeout} s")
         time.sleep(0.1)
+
+
+def finish(proc, timeout=60):
+    """Wait for ``proc`` and return its output (killed if it outlives ``timeout``)."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return out

@@ -217,13 +217,10 @@ def test_bench_e2e_with_several_envs_per_worker(monkeypatch):
     assert rows[0].median > 0
 
 
-def test_bench_e2e_window_waits_for_every_worker(monkeypatch):
-    """The envs start one at a time, so the last worker can start well after
-    the first: the timed window opens only once every worker has updated,
-    and the row gives the ramp.  Worker 1 is held back 0.6 s here."""
-    pytest.importorskip("gymnasium")
+def _second_worker_late(at_window):
+    """A _TrainerRun whose worker 1 starts 0.6 s late (in its thread or its
+    process) and that calls ``at_window(trainer)`` as its window opens."""
     import time as _time
-    at_window = []
 
     class Slow(bench._TrainerRun):
         def __init__(self, *a, **k):
@@ -237,10 +234,19 @@ def test_bench_e2e_window_waits_for_every_worker(monkeypatch):
             self.trainer._make_worker = late
 
         def sample_rates(self, seconds, tick=0.5):
-            at_window.append([w is not None and w.stats.updates > 0 for w in self.trainer.workers])
+            at_window(self.trainer)
             return super().sample_rates(seconds, tick)
+    return Slow
 
-    monkeypatch.setattr(bench, "_TrainerRun", Slow)
+
+def test_bench_e2e_window_waits_for_every_worker(monkeypatch):
+    """The envs start one at a time, so the last worker can start well after
+    the first: the timed window opens only once every worker has updated,
+    and the row gives the ramp.  Worker 1 is held back 0.6 s here."""
+    pytest.importorskip("gymnasium")
+    at_window = []
+    monkeypatch.setattr(bench, "_TrainerRun", _second_worker_late(
+        lambda tr: at_window.append([w is not None and w.stats.updates > 0 for w in tr.workers])))
     rows = bench.bench_e2e("CartPole-v1", "mlp", [2], 0.5, 0.1)
     assert at_window == [[True, True]]
     ramp = rows[0].extra["ramp_s"]
@@ -253,25 +259,9 @@ def test_bench_e2e_with_worker_processes(monkeypatch):
     from the shared counters), the window opens once every process has
     updated (worker 1 held back 0.6 s in its process), the notes say so."""
     pytest.importorskip("gymnasium")
-    import time as _time
     at_window = []
-
-    class Slow(bench._TrainerRun):
-        def __init__(self, *a, **k):
-            super().__init__(*a, **k)
-            make = self.trainer._make_worker
-
-            def late(wid):
-                if wid == 1:
-                    _time.sleep(0.6)
-                return make(wid)
-            self.trainer._make_worker = late
-
-        def sample_rates(self, seconds, tick=0.5):
-            at_window.append(self.trainer.worker_updates())
-            return super().sample_rates(seconds, tick)
-
-    monkeypatch.setattr(bench, "_TrainerRun", Slow)
+    monkeypatch.setattr(bench, "_TrainerRun", _second_worker_late(
+        lambda tr: at_window.append(tr.worker_updates())))
     rows = bench.bench_e2e("CartPole-v1", "mlp", [2], 0.5, 0.1, processes=True)
     assert len(at_window) == 1 and min(at_window[0]) > 0
     assert 0.5 <= rows[0].extra["ramp_s"] < 5.0 and rows[0].extra["processes"] is True

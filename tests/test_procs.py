@@ -12,7 +12,7 @@ import pytest
 from a3c_core.checkpoint import load_checkpoint
 from a3c_core.train.config import Config, ConfigError
 from a3c_core.train.trainer import TrainingError, make_trainer
-from proc_util import children_of, start_cli, wait_for_file, wait_gone
+from proc_util import children_of, finish, start_cli, wait_for_file, wait_gone
 
 pytest.importorskip("gymnasium")
 
@@ -124,21 +124,12 @@ def _start(tmp_path, *extra):
     return run, proc
 
 
-def _finish(proc, timeout=90):
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return out
-
-
 def test_a_killed_worker_process_fails_the_run_naming_it(tmp_path):
     run, proc = _start(tmp_path)
     kids = children_of(proc.pid)
     victim = min(_worker_pids(proc))
     os.kill(victim, signal.SIGKILL)
-    out = _finish(proc)
+    out = finish(proc, timeout=90)
     assert proc.returncode == 1, out
     assert f"(pid {victim}) died: killed by SIGKILL" in out
     assert json.load(open(os.path.join(run, "summary.json")))["status"] == "failed"
@@ -155,7 +146,7 @@ def test_a_signal_to_the_group_stops_the_workers_and_checkpoints(tmp_path, sig):
     kids = children_of(proc.pid)
     assert len(_worker_pids(proc)) == 2
     os.killpg(proc.pid, getattr(signal, sig))
-    out = _finish(proc)
+    out = finish(proc, timeout=90)
     assert proc.returncode == {"SIGINT": 130, "SIGTERM": 143}[sig], out
     assert "Traceback" not in out and "failed" not in out
     summary = json.load(open(os.path.join(run, "summary.json")))

@@ -14,22 +14,13 @@ import time
 import pytest
 
 from a3c_core.checkpoint import find_resume_checkpoint, load_checkpoint
-from proc_util import children_of, start_cli, wait_for_file, wait_gone
+from proc_util import children_of, finish as _finish, start_cli, wait_for_file, wait_gone
 
 pytest.importorskip("vizdoom")
 pytest.importorskip("gymnasium")
 
 DOOM = ["train", "--env", "doom:basic", "--workers", "1", "--total-steps", "0",
         "--no-tensorboard", "--log-interval", "0.5"]
-
-
-def _finish(proc, timeout=60):
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return out
 
 
 def _episode_indices(run):
