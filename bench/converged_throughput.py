@@ -23,7 +23,8 @@ trained policy and its short episodes.  Modes, measured in turn (``paper``,
   fill first: ~10 s on a trained doom:basic agent).
 
 A mode may end in ``@K``: the same with ``--envs-per-worker K`` (e.g.
-``paper@4``; without it, 1).
+``paper@4``; without it, 1); and in ``+p``: the same with worker processes
+(``--worker-processes``, e.g. ``auto+p``, ``auto@4+p``).
 
 Every mode sets all three options (``paper`` is ``--min-rollout 0`` without
 ``--cross-episode`` or ``--merge-below``), whatever the run was trained with.
@@ -48,17 +49,20 @@ import time
 
 
 def _split(mode):
-    """``(base mode, envs per worker)`` of ``paper``, ``auto@4``..."""
-    base, _, k = mode.partition("@")
-    return base, int(k) if k else 1
+    """``(base mode, envs per worker, worker processes)`` of ``paper``,
+    ``auto@4``, ``auto+p``..."""
+    procs = mode.endswith("+p")
+    base, _, k = mode[:-2 if procs else None].partition("@")
+    return base, int(k) if k else 1, procs
 
 
 def measure(run_dir, mode, workers, seconds, warmup):
     from a3c_core.checkpoint import find_resume_checkpoint
     from a3c_core.train.config import Config
-    from a3c_core.train.trainer import Trainer
+    from a3c_core.train.trainer import make_trainer
 
-    full, (mode, n_envs) = mode, _split(mode)
+    full = mode
+    mode, n_envs, procs = _split(mode)
     ckpt = find_resume_checkpoint(run_dir)
     saved = dict(ckpt.meta.get("config") or {})
     with tempfile.TemporaryDirectory(prefix="a3c-conv-") as tmp:
@@ -71,9 +75,10 @@ def measure(run_dir, mode, workers, seconds, warmup):
                       run_dir=dst, quiet=True, tensorboard=False, checkpoint_interval=0.0,
                       cross_episode=(mode == "cross"), target_reward=None,
                       min_rollout=int(mode[4:]) if mode.startswith("min:") else 0,
-                      merge_below=Config().merge_below if mode == "auto" else 0.0)
+                      merge_below=Config().merge_below if mode == "auto" else 0.0,
+                      worker_processes=procs)
         cfg = Config(**fields)
-        tr = Trainer(cfg, resume=dst, out=io.StringIO())
+        tr = make_trainer(cfg, resume=dst, out=io.StringIO())
         err = []
 
         def run():
@@ -86,8 +91,7 @@ def measure(run_dir, mode, workers, seconds, warmup):
         th.start()
         t_end = time.perf_counter() + 120
         def started():
-            sh = getattr(tr, "shared", None)
-            return sh is not None and sh.steps > getattr(tr, "_resume_counters", (0, 0))[0]
+            return tr.live_steps() > getattr(tr, "_resume_counters", (0, 0))[0]
 
         while not started():
             if err or time.perf_counter() > t_end:
@@ -98,17 +102,16 @@ def measure(run_dir, mode, workers, seconds, warmup):
         if mode == "auto":      # until every worker's window is full and has switched
             t_sw = time.perf_counter()
             while time.perf_counter() - t_sw < 120 and not err:
-                ws = [w for w in tr.workers if w is not None]
-                if ws and all(w.merging for w in ws):
+                if tr._merging_workers() == workers:
                     break
                 time.sleep(0.1)
             switched = time.perf_counter() - t_sw
-            if not all(w is not None and w.merging for w in tr.workers):
+            if tr._merging_workers() != workers:
                 raise RuntimeError("auto: the workers had not switched after 120 s; is the "
                                    "run's agent trained (short episodes)?")
-        s0, e0, t0 = tr.shared.steps, tr.shared.episodes, time.perf_counter()
+        s0, e0, t0 = tr.live_steps(), tr.shared.episodes, time.perf_counter()
         time.sleep(seconds)
-        s1, e1, t1 = tr.shared.steps, tr.shared.episodes, time.perf_counter()
+        s1, e1, t1 = tr.live_steps(), tr.shared.episodes, time.perf_counter()
         tr.stop_event.set()
         th.join(120)
         if err:
@@ -134,7 +137,7 @@ def main(argv=None):
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     modes = ["paper" if m == "default" else m for m in modes]    # the older name
     def known(m):
-        base, _, k = m.partition("@")
+        base, _, k = m[:-2 if m.endswith("+p") else None].partition("@")
         return ((base in ("paper", "cross", "auto") or (base.startswith("min:")
                                                         and base[4:].isdigit()))
                 and (not _ or (k.isdigit() and 1 <= int(k) <= 64)))

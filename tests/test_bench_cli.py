@@ -1,5 +1,6 @@
 """Smoke tests of ``a3c bench`` and its FLOP counter (no throughput claims)."""
 import json
+import os
 
 import numpy as np
 
@@ -813,3 +814,26 @@ def test_batched_forward_reports_each_k(capsys):
         bf.main(["--ks", "a"])
     with pytest.raises(SystemExit):
         bf.main(["--min-time", "0"])
+
+
+def test_converged_throughput_measures_threads_and_processes(tmp_path):
+    """bench/converged_throughput.py resumes a copy of a run (left as it was)
+    with worker threads or, with ``+p``, worker processes, and counts their
+    steps; bad modes are refused."""
+    pytest.importorskip("gymnasium")
+    from a3c_core.train.config import Config
+    from a3c_core.train.trainer import make_trainer
+
+    run = str(tmp_path / "run")
+    make_trainer(Config(env="CartPole-v1", spec="mlp", workers=2, total_steps=1500, run_dir=run,
+                        quiet=True, tensorboard=False)).run()
+    before = sorted(os.listdir(run))
+    ct = _load_bench("converged_throughput")
+    assert ct._split("auto@4+p") == ("auto", 4, True) and ct._split("paper") == ("paper", 1, False)
+    for mode in ("paper", "paper+p"):
+        r = ct.measure(run, mode, 2, 0.4, 0.2)
+        assert r["mode"] == mode and r["steps_per_s"] > 0 and r["episodes"] > 0
+    assert sorted(os.listdir(run)) == before
+    for bad in ("paper+q", "auto@0+p", "fast"):
+        with pytest.raises(SystemExit):
+            ct.main([run, "--modes", bad])
