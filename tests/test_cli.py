@@ -244,3 +244,20 @@ def test_final_line_gives_each_window_once():
     line = final_line(short)
     assert "final raw reward avg13 79.92 (parameters in r/latest.npz)" in line
     assert line.count("avg13") == 1
+
+
+def test_train_notes_worker_processes_past_eight_threads(tmp_path):
+    """More than MANY_THREADS worker threads: the run line points at
+    --worker-processes; with them, or with few threads, it does not."""
+    pytest.importorskip("gymnasium")
+    base = ["train", "--env", "CartPole-v1", "--spec", "mlp", "--total-steps", "300",
+            "--no-tensorboard", "--quiet"]
+    many = a3c(*base, "--workers", "9", "--run-dir", str(tmp_path / "a"))
+    assert many.returncode == 0, many.stdout + many.stderr
+    assert "9 worker threads share one GIL" in many.stdout and "--worker-processes" in many.stdout
+    for extra, d in ((["--workers", "9", "--worker-processes"], "b"), (["--workers", "2"], "c")):
+        r = a3c(*base, *extra, "--run-dir", str(tmp_path / d))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "share one GIL" not in r.stdout
+    assert "9 worker processes" in a3c(*base, "--workers", "9", "--worker-processes", "--run-dir",
+                                       str(tmp_path / "d")).stdout
