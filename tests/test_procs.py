@@ -383,3 +383,33 @@ def test_processes_with_the_entropy_floor_and_the_relative_clip(tmp_path):
     assert np.isfinite(lm) and lm >= 0
     with open(os.path.join(cfg.run_dir, "metrics.csv")) as fh:
         assert "charts/entropy_beta" in fh.read()
+
+
+def test_an_interrupt_while_the_workers_start_stops_those_started(tmp_path, monkeypatch):
+    """Ctrl-C between two forks: the worker already started is stopped
+    cleanly (not left to close()'s kill) and the run ends interrupted."""
+    import multiprocessing as mp
+
+    from a3c_core.train import procs
+
+    ctx = mp.get_context("fork")
+
+    class Ctx:
+        def __getattr__(self, name):
+            return getattr(ctx, name)
+
+        def Process(self, *a, **k):
+            p = ctx.Process(*a, **k)
+            if k.get("name") == "a3c-worker-1":
+                def start():
+                    time.sleep(0.5)           # worker 0 is running by then
+                    raise KeyboardInterrupt
+                p.start = start
+            return p
+
+    monkeypatch.setattr(procs.mp, "get_context", lambda method: Ctx())
+    t = make_trainer(_cfg(tmp_path, total_steps=0))
+    res = t.run()
+    assert res.status == "interrupted" and res.steps > 0
+    assert len(t._procs) == 1 and t._procs[0].exitcode == 0
+    assert load_checkpoint(t.run_dir).meta["counters"]["steps"] == res.steps

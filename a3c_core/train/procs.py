@@ -383,6 +383,7 @@ class ProcessTrainer(Trainer):
         return alive
 
     def _stop_workers(self, procs):
+        procs = procs or self._procs     # (a signal while they were being started)
         if not procs:
             return
         self._pstop.set()
