@@ -2,7 +2,7 @@
 
 Why: worker threads share one GIL.  On a 16-core Xeon with doom:basic, 16
 worker threads ran 7.6k-9.3k agent steps/s and 16 worker *processes* that
-share the same parameters 12.2k-16.1k (1.5-1.7x; at 8 workers 1.0-1.26x):
+share the same parameters 12.2k-16.1k (1.6-1.7x; at 8 workers 1.0-1.26x):
 past ~8 workers the threads queue for the GIL (bench/RESULTS.md, session
 of 2026-11-27, ``bench/standin_scaling.py --mode``).
 
@@ -18,16 +18,19 @@ its updates to the shared arrays in place, lock-free, as threads do
 process-shared lock here: the counters, the optimizer's step (Adam's bias
 correction counts every process's applies) and the normalizers' merges
 (``rollout_targets`` holds it).  Finished episodes travel to the trainer
-over one pipe per worker, and the trainer counts and logs them as they
-arrive, so a checkpoint never counts an episode whose row is not written.
+over one pipe per worker, with the global step and the time they ended;
+the trainer counts and logs them as they arrive, so a checkpoint never
+counts an episode whose row is not written.
 Checkpoints, logs and the stop conditions run in the trainer process,
 unchanged, on the shared arrays.
 
 Failures: a worker's exception reaches the trainer with its traceback (the
 run fails naming the worker, as with threads); a process that dies without
-one (killed) fails the run with its exit status.  Children ignore SIGINT (a
-terminal's Ctrl-C reaches the whole process group; the trainer stops them)
-and die with the trainer (``PR_SET_PDEATHSIG``).
+one (killed) fails the run with its exit status, and a lock it held is
+taken back (:func:`free_lock`) so that the others stop at once.  Children
+ignore SIGINT and SIGTERM (a terminal's Ctrl-C reaches the whole process
+group; the trainer, which gets it too, stops them and checkpoints) and die
+with the trainer (``PR_SET_PDEATHSIG``).
 
 Adam's ``clip_relative`` keeps its running sum of v in the block too (each
 apply adds its own term to what the others left, under the lock), and so
