@@ -66,11 +66,11 @@ worker's own while it plays that env (:meth:`Worker._use`).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
-import contextlib
 import threading
 import time
 from dataclasses import dataclass
