@@ -2,7 +2,8 @@
 
     a3c bench --json bench.json && python bench/scaling_model.py bench.json [--t-max 20]
 
-Three ceilings, each from a figure the bench measured on this machine:
+Three ceilings, each from a figure the bench measured on this machine
+(``--processes``: two, worker processes share no GIL):
 
 * **cores**: a worker and its env alternate (the worker waits for the env
   step, the env waits for the action), so one worker keeps about one core
@@ -81,9 +82,15 @@ def main(argv=None):
     p.add_argument("--gil-us", type=float, default=None,
                    help="g in us per agent step instead of a bench row, e.g. the bound "
                         "bench/gil_budget.py gives plus the env's share")
+    p.add_argument("--processes", action="store_true",
+                   help="worker processes (--worker-processes): no GIL is shared, g = 0")
     a = p.parse_args(argv)
     if a.gil_us is not None and not a.gil_us > 0:
         p.error(f"--gil-us must be > 0, got {a.gil_us}")
+    if a.processes:
+        if a.gil_us is not None:
+            p.error("--processes shares no GIL: not with --gil-us")
+        a.gil_us = 0.0
     with open(a.bench_json) as f:
         rows = rows_by_name(json.load(f))
     need = ["train steps/s w1"] + ([] if a.gil_us is not None else [a.gil_row])

@@ -603,6 +603,12 @@ def test_scaling_model_projects_from_either_gil_row(tmp_path, capsys):
     with pytest.raises(SystemExit):
         sm.main([str(path), "--gil-us", "0"])
     assert "--gil-us" in capsys.readouterr().err
+    # worker processes: no GIL ceiling, no queueing; the cores (or memory) bound
+    assert sm.main([str(path), "--workers", "1,16", "--processes"]) == 0
+    procs = capsys.readouterr().out
+    assert "GIL 0.0 us/step" in procs and "| 32,000 | 32,000 | inf |" in procs
+    with pytest.raises(SystemExit):
+        sm.main([str(path), "--processes", "--gil-us", "5"])
 
 
 def test_standin_scaling_prints_a_rate_per_worker_count(capsys):
