@@ -2,12 +2,14 @@
 
     python bench/env_start.py make [--n 8]                 # make_env("doom:basic") N times in a row
     python bench/env_start.py idle [--n 6] [--seconds 5]   # CPU of N engines while only the first steps
-    python bench/env_start.py start --workers 2 --envs 4 [--cold]
+    python bench/env_start.py start --workers 2 --envs 4 [--cold] [--processes]
 
 ``start``: from the Trainer's construction to every worker's first update
 (through ``a3c_core.bench._TrainerRun``, doom:basic, doom-lstm); ``--cold``
 points ``NUMBA_CACHE_DIR`` at an empty folder first, so the warm-up
-compiles (a first run).  To compare two trees, run this script from a
+compiles (a first run); ``--processes`` with worker processes (each
+starts its envs in parallel with the others: ViZDoom's init lock is per
+process).  To compare two trees, run this script from a
 directory that holds neither (e.g. ``cd /tmp``) with ``PYTHONPATH`` at
 each: a compile helper started from inside a checkout once imported the
 checkout (see bench/RESULTS.md, tenth session of 2026-11-26).
@@ -107,13 +109,15 @@ def _start(a):
     from a3c_core import bench
 
     t1 = time.perf_counter()
-    run = bench._TrainerRun("doom:basic", "doom-lstm", a.workers, envs_per_worker=a.envs)
+    run = bench._TrainerRun("doom:basic", "doom-lstm", a.workers, envs_per_worker=a.envs,
+                            processes=a.processes)
     t2 = time.perf_counter()
     run.start(0.0)
     t3 = time.perf_counter()
     run.stop()
     print(f"{os.path.dirname(os.path.dirname(a3c_core.__file__))} {a.workers} x {a.envs} envs"
-          f"{' (empty cache)' if a.cold else ''}: constructor {t2 - t1:.2f} s, then every worker "
+          f"{' (empty cache)' if a.cold else ''}{', worker processes' if a.processes else ''}: "
+          f"constructor {t2 - t1:.2f} s, then every worker "
           f"updating after {t3 - t2:.2f} s (the last {run.ramp_s:.2f} s after the first)")
 
 
@@ -129,6 +133,7 @@ def main(argv=None):
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--envs", type=int, default=1)
     p.add_argument("--cold", action="store_true")
+    p.add_argument("--processes", action="store_true")
     a = ap.parse_args(argv)
     if getattr(a, "n", 1) < 1 or getattr(a, "workers", 1) < 1 or not 1 <= getattr(a, "envs", 1) <= 64:
         ap.error("--n and --workers must be >= 1, --envs 1-64")
