@@ -118,7 +118,7 @@ class Config:
     spec: str = _f("auto", "network spec: auto (the env's default: doom-lstm for images, atari-lstm for Atari, mlp-lstm for vectors) or a spec name")
     hidden: Optional[str] = _f(None, "hidden layer sizes of the mlp/mlp-lstm encoder, comma separated (default 64,64; rejected for image specs)")
     lstm_size: Optional[int] = _f(None, "LSTM size (default: the spec's, 256 for doom-lstm/atari-lstm, 64 for mlp-lstm)")
-    workers: int = _f(0, "number of worker threads, 0-256 (0 = number of CPU cores)")
+    workers: int = _f(0, "number of workers, 0-256 (0 = number of CPU cores): threads, or processes with worker_processes")
     envs_per_worker: int = _f(1, "envs each worker thread plays, 1-64: a rollout plays each in turn for up to t_max steps (each with its own LSTM state and episodes, the same parameters) and one update covers them all, so an update's fixed costs (its Python, the clip and apply passes over the flat arrays) are paid once per envs_per_worker x t_max steps. 1 = the A3C paper's worker")
     worker_processes: bool = _f(False, "run each worker in its own process (Linux, forked after the warm-up) instead of a thread: the parameters, the optimizer's statistics and the reward/advantage normalizers live in shared memory that every process updates in place (Hogwild, as threads do), so the workers do not queue for one GIL. On a 16-core Xeon with doom:basic, 16 worker processes ran 1.6-1.7x the steps/s of 16 threads, 8 about the same (bench/RESULTS.md)")
     pin_threads: bool = _f(True, "pin worker i and its ViZDoom engine process to core i mod cores (Linux; +33 percent steps/s with 1 worker on 2 cores)")
