@@ -27,16 +27,10 @@ RUN=${3:?TRAINED_RUN}
 BASE=$(cd "${4:?BASE_DIR}" && pwd)
 WORKERS=${5:-1,4,8,12,16}
 SECONDS_E2E=${E2E_SECONDS:-8}
-export PYTHONUNBUFFERED=1
-PY=${PYTHON:-python3}
 NEW=$(cd "$(dirname "$0")/.." && pwd)
-mkdir -p "$OUT"
-t0=$(date +%s)
-stamp() { echo "== $(( $(date +%s) - t0 )) s: $*"; }
+. "$(dirname "$0")/device_common.sh"
 
-stamp facts
-{ nproc; lscpu; free -g; } >"$OUT/machine.txt" 2>&1
-grep -E "^(Model name|CPU\(s\)|L2|L3)" "$OUT/machine.txt"
+facts
 if [ -n "$WHL" ]; then
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/a3c_site "$WHL"/*.whl || exit 1

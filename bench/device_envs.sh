@@ -36,15 +36,9 @@ WORKERS=${WORKERS:-1,4,8,12,16}
 KE=${KE:-4}
 SECONDS_E2E=${E2E_SECONDS:-5}
 SECONDS_PROBE=${PROBE_SECONDS:-6}
-export PYTHONUNBUFFERED=1
-PY=${PYTHON:-python3}
-mkdir -p "$OUT"
-t0=$(date +%s)
-stamp() { echo "== $(( $(date +%s) - t0 )) s: $*"; }
+. "$(dirname "$0")/device_common.sh"
 
-stamp facts
-{ nproc; lscpu; free -g; } >"$OUT/machine.txt" 2>&1
-grep -E "^(Model name|CPU\(s\)|L2|L3)" "$OUT/machine.txt"
+facts
 . "$(dirname "$0")/device_setup.sh"
 
 [ "${STEPS:-}" = "${STEPS#nowarm}" ] && { stamp warm

@@ -16,11 +16,7 @@
 set -u
 OUT=${1:?usage: device_gil.sh OUT_DIR [WHEEL_DIR]}
 WHL=${2:-}
-export PYTHONUNBUFFERED=1
-PY=${PYTHON:-python3}
-mkdir -p "$OUT"
-t0=$(date +%s)
-stamp() { echo "== $(( $(date +%s) - t0 )) s: $*"; }
+. "$(dirname "$0")/device_common.sh"
 . "$(dirname "$0")/device_setup.sh"
 
 stamp bandwidth

@@ -19,16 +19,9 @@ OUT=${1:?usage: device_procs.sh OUT_DIR [WHEEL_DIR]}
 WHL=${2:-}
 WORKERS=${WORKERS:-1,8,16}
 SECS=${SECONDS_RUN:-4}
-export PYTHONUNBUFFERED=1
-PY=${PYTHON:-python3}
-mkdir -p "$OUT"
-t0=$(date +%s)
-stamp() { echo "== $(( $(date +%s) - t0 )) s: $*"; }
+. "$(dirname "$0")/device_common.sh"
 
-stamp facts
-{ nproc; lscpu; free -g; cat /sys/kernel/mm/transparent_hugepage/enabled \
-  /sys/kernel/mm/transparent_hugepage/shmem_enabled; } >"$OUT/machine.txt" 2>&1
-grep -E "^(Model name|CPU\(s\)|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|NUMA node\(s\)|L2|L3)" "$OUT/machine.txt"
+facts
 . "$(dirname "$0")/device_setup.sh"
 B=$(cd "$(dirname "$0")" && pwd)
 

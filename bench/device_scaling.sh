@@ -19,15 +19,9 @@ set -u
 OUT=${1:?usage: device_scaling.sh OUT_DIR [WHEEL_DIR] [TRAINED_RUN]}
 WHL=${2:-}
 RUN=${3:-}
-export PYTHONUNBUFFERED=1
-PY=${PYTHON:-python3}
-mkdir -p "$OUT"
-t0=$(date +%s)
-stamp() { echo "== $(( $(date +%s) - t0 )) s: $*"; }
+. "$(dirname "$0")/device_common.sh"
 
-stamp facts
-{ nproc; lscpu; cat /sys/kernel/mm/transparent_hugepage/enabled; free -g; } >"$OUT/machine.txt" 2>&1
-grep -E "^(Model name|CPU\(s\)|Thread|Core|Socket|L3)" "$OUT/machine.txt"
+facts
 
 . "$(dirname "$0")/device_setup.sh"
 

@@ -1,5 +1,6 @@
-# Shared setup of the device scripts (bench/device_scaling.sh,
-# bench/device_gil.sh), sourced after they set PY, OUT, WHL and stamp():
+# Shared setup of the device scripts (bench/device_scaling.sh, device_gil.sh,
+# device_envs.sh, device_procs.sh), sourced after bench/device_common.sh
+# (PY, OUT, stamp) and WHL are set:
 # installs the wheels in WHL (if any) under /tmp/a3c_site, builds the Cython
 # extensions in place (no install; the lent machine has no package
 # registry) and points PYTHONPATH and the Numba cache at the result.
