@@ -413,3 +413,25 @@ def test_an_interrupt_while_the_workers_start_stops_those_started(tmp_path, monk
     assert res.status == "interrupted" and res.steps > 0
     assert len(t._procs) == 1 and t._procs[0].exitcode == 0
     assert load_checkpoint(t.run_dir).meta["counters"]["steps"] == res.steps
+
+
+def test_one_worker_process_trains_exactly_as_one_worker_thread(tmp_path):
+    """With one worker the run is deterministic, and a worker process makes
+    the same updates as a worker thread: the same parameters bit for bit,
+    the same counters and normalizer (CartPole: its env 0 is started anew
+    in the process with the same seed, untouched in the thread)."""
+    cks = []
+    for procs in (False, True):
+        cfg = Config(env="CartPole-v1", spec="mlp-lstm", workers=1, total_steps=2000, seed=3,
+                     run_dir=str(tmp_path / f"run{int(procs)}"), quiet=True, tensorboard=False,
+                     worker_processes=procs).validate()
+        make_trainer(cfg).run()
+        cks.append(load_checkpoint(cfg.run_dir))
+    a, b = cks
+    np.testing.assert_array_equal(a.params, b.params)
+    for key in ("exp_avg", "exp_avg_sq"):
+        np.testing.assert_array_equal(a.opt_arrays[key], b.opt_arrays[key])
+    for key in ("steps", "updates", "episodes"):
+        assert a.meta["counters"][key] == b.meta["counters"][key]
+    assert a.meta["reward_normalizer"] == b.meta["reward_normalizer"]
+    assert a.meta["optimizer_scalars"]["step"] == b.meta["optimizer_scalars"]["step"]
