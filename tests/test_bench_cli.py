@@ -843,3 +843,44 @@ def test_converged_throughput_measures_threads_and_processes(tmp_path):
     for bad in ("paper+q", "auto@0+p", "fast"):
         with pytest.raises(SystemExit):
             ct.main([run, "--modes", bad])
+
+
+def test_device_rows_table_pairs_threads_with_processes(tmp_path, capsys):
+    """bench/device_rows.py table over hand-made e2e files (the list that its
+    e2e mode writes, and `a3c bench --json`'s document): each worker count's
+    pairs with the processes / threads ratio of each; a file whose name says
+    neither mode is rejected."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "device_rows", os.path.join(os.path.dirname(__file__), "..", "bench", "device_rows.py"))
+    dr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dr)
+
+    def row(w, mean):
+        return {"name": f"train steps/s w{w}", "median": mean, "min": mean, "max": mean,
+                "unit": "steps/s", "notes": "", "samples": 1, "workers": w, "mean": mean}
+
+    means = {("T", 1): 8000.0, ("P", 1): 13600.0, ("P", 2): 12000.0, ("T", 2): 7500.0}
+    paths = []
+    for (mode, pair), mean in means.items():
+        p = tmp_path / f"e2e_w16_{mode}{pair}.json"
+        rows = [row(16, mean), {"name": "train frames/s w16", "median": 4 * mean, "min": 0,
+                                "max": 0, "unit": "frames/s", "notes": "", "samples": 1,
+                                "workers": 16, "mean": 4 * mean}]
+        doc = {"rows": rows} if pair == 2 else rows
+        p.write_text(json.dumps(doc))
+        paths.append(str(p))
+    (tmp_path / "e2e_w8_T1.json").write_text(json.dumps([row(8, 6000.0)]))
+    paths.append(str(tmp_path / "e2e_w8_T1.json"))
+    assert dr.main(["table", *paths]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "  8 workers: pair 1 incomplete"
+    assert "T1     8000  P1    13600  P/T 1.70" in lines[1]
+    assert "T2     7500  P2    12000  P/T 1.60" in lines[1]
+    bad = tmp_path / "e2e_w16.json"
+    bad.write_text("[]")
+    assert dr.main(["table", str(bad)]) == 2
+    assert "_T<pair>.json" in capsys.readouterr().err
+    assert dr.main(["e2e", "16", "1", "1", "1", str(bad), "fast"]) == 2
+    assert "unknown mode 'fast'" in capsys.readouterr().err
