@@ -884,3 +884,26 @@ def test_device_rows_table_pairs_threads_with_processes(tmp_path, capsys):
     assert "_T<pair>.json" in capsys.readouterr().err
     assert dr.main(["e2e", "16", "1", "1", "1", str(bad), "fast"]) == 2
     assert "unknown mode 'fast'" in capsys.readouterr().err
+
+
+def test_dispatch_cost_prints_each_call_and_restores_the_kernel(capsys):
+    """bench/dispatch_cost.py: a row per call with positive times, and the
+    step's kernel put back after the no-op stand-in."""
+    import importlib.util
+
+    import a3c_core.nn.kernels as K
+
+    spec = importlib.util.spec_from_file_location(
+        "dispatch_cost", os.path.join(os.path.dirname(__file__), "..", "bench", "dispatch_cost.py"))
+    dc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dc)
+    kernel = K.doom_act_packed
+    assert dc.main(["--calls", "40", "--repeats", "1"]) == 0
+    assert K.doom_act_packed is kernel
+    lines = capsys.readouterr().out.splitlines()[1:]
+    names = ["no-op, 2 arrays", "no-op, 20 arrays", "no-op, 20 arrays, entry_point",
+             "20 steps via Actor.step_row, per step", "20 prepared kernel calls, per step"]
+    assert [ln[:45].strip() for ln in lines] == names
+    assert all(float(ln.split()[-3]) > 0 for ln in lines)
+    with pytest.raises(SystemExit):
+        dc.main(["--calls", "0"])
