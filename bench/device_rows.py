@@ -77,13 +77,18 @@ def table(paths):
             print(f"device_rows.py table: {path}: the name must end in _T<pair>.json or "
                   f"_P<pair>.json", file=sys.stderr)
             return 2
-        with open(path) as fh:
-            doc = json.load(fh)
-        rows = doc["rows"] if isinstance(doc, dict) else doc
-        for r in rows:
-            if r["name"].startswith("train steps/s w"):
-                w = r["workers"]
-                got.setdefault(w, {})[(m.group(1), int(m.group(2)))] = r["mean"]
+        try:
+            with open(path) as fh:
+                doc = json.load(fh)
+            rows = doc["rows"] if isinstance(doc, dict) else doc
+            found = [(r["workers"], r["mean"]) for r in rows
+                     if r["name"].startswith("train steps/s w")]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"device_rows.py table: {path}: not an e2e rows file "
+                  f"({type(exc).__name__}: {exc})", file=sys.stderr)
+            return 2
+        for w, mean in found:
+            got.setdefault(w, {})[(m.group(1), int(m.group(2)))] = mean
     for w in sorted(got):
         d = got[w]
         pairs = sorted({p for _, p in d})

@@ -882,6 +882,12 @@ def test_device_rows_table_pairs_threads_with_processes(tmp_path, capsys):
     bad.write_text("[]")
     assert dr.main(["table", str(bad)]) == 2
     assert "_T<pair>.json" in capsys.readouterr().err
+    missing, broken = tmp_path / "e2e_w16_T3.json", tmp_path / "e2e_w16_P3.json"
+    broken.write_text('{"rows": [{"name": "train steps/s w16"}]}')
+    for path, why in ((missing, "FileNotFoundError"), (broken, "KeyError")):
+        assert dr.main(["table", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert f"{path}: not an e2e rows file ({why}" in err
     assert dr.main(["e2e", "16", "1", "1", "1", str(bad), "fast"]) == 2
     assert "unknown mode 'fast'" in capsys.readouterr().err
 
