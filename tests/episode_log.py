@@ -1,0 +1,74 @@
+"""One worker, a fixed seed: the episodes it plays and the parameters it ends with.
+
+Runs ``a3c train`` through its command line (the one interface every version
+of the package keeps) with one worker thread, seed 0 and a small step budget,
+and prints (or writes) a JSON log: every episode's step, return and length,
+and the SHA-256 of the final flat parameters.  One worker with a fixed seed
+is deterministic, so two trees that train identically give identical logs.
+
+    python tests/episode_log.py --env doom:basic --steps 4000 --out log.json
+    python tests/episode_log.py --compare tests/data/episode_log_doom_basic.json
+
+``tests/test_episode_log.py`` compares today's tree with the stored logs,
+which were written at f1741f7, before the run-assembly redesign.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+
+def episode_log(env: str, steps: int, seed: int = 0, extra=()) -> dict:
+    """Train ``steps`` agent steps with one worker thread; return the log."""
+    with tempfile.TemporaryDirectory() as tmp:
+        run = os.path.join(tmp, "run")
+        cmd = [sys.executable, "-m", "a3c_core", "train", "--env", env, "--workers", "1",
+               "--seed", str(seed), "--total-steps", str(steps), "--total-seconds", "0",
+               "--run-dir", run, "--quiet", "--no-tensorboard", "--no-worker-processes", *extra]
+        subprocess.run(cmd, check=True, cwd=tmp, stdout=subprocess.DEVNULL)
+        with open(os.path.join(run, "episodes.csv")) as fh:
+            episodes = [[int(r["step"]), float(r["return"]), int(r["length"])]
+                        for r in csv.DictReader(fh)]
+        with np.load(os.path.join(run, "checkpoints", "latest.npz")) as z:
+            params = np.ascontiguousarray(z["params"], dtype=np.float32)
+    return {"env": env, "steps": steps, "seed": seed, "episodes": episodes,
+            "params_sha256": hashlib.sha256(params.tobytes()).hexdigest()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--env", default="doom:basic")
+    ap.add_argument("--steps", type=int, default=4000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", help="write the log here (default: print it)")
+    ap.add_argument("--compare", help="a stored log: train with its env, steps and seed, "
+                    "exit 1 where the episodes or parameters differ")
+    a = ap.parse_args(argv)
+    if a.compare:
+        with open(a.compare) as fh:
+            want = json.load(fh)
+        got = episode_log(want["env"], want["steps"], want["seed"])
+        same = got == want
+        print(f"{a.compare}: {'identical' if same else 'DIFFERENT'} "
+              f"({len(got['episodes'])} episodes against {len(want['episodes'])})")
+        return 0 if same else 1
+    log = episode_log(a.env, a.steps, a.seed)
+    text = json.dumps(log, indent=None, separators=(",", ":"))
+    if a.out:
+        with open(a.out, "w") as fh:
+            fh.write(text + "\n")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
