@@ -6,33 +6,9 @@ import sys
 
 import numpy as np
 
-DOOM_TICRATE = 35  # ViZDoom's default engine tics per second
-
 
 class EvalError(Exception):
     """A problem the user can fix (wrong file, env that does not match); printed without a traceback."""
-
-
-def seconds_per_step(env) -> tuple[float, str]:
-    """Game time one env step covers, and how it was derived (for GIF frame durations)."""
-    skip = int(getattr(env, "frame_skip", 1) or 1)
-    game = getattr(env, "_game", None)
-    if game is not None or str(getattr(env, "env_id", "")).startswith("doom:"):
-        rate = DOOM_TICRATE
-        try:
-            rate = int(game.get_ticrate()) or DOOM_TICRATE
-        except Exception:  # noqa: BLE001 - older vizdoom / closed game: the engine default
-            pass
-        return skip / rate, f"frame skip {skip} at {rate} tics/s"
-    inner = getattr(env, "_env", None)
-    fps = None
-    try:
-        fps = inner.metadata.get("render_fps")
-    except AttributeError:
-        pass
-    if fps:
-        return skip / float(fps), f"frame skip {skip} at the env's render_fps {fps}"
-    return skip / 30.0, f"frame skip {skip} at an assumed 30 frames/s (the env gives no render_fps)"
 
 
 def check_env_matches(policy, env, env_id):
@@ -126,7 +102,7 @@ def run_eval(args) -> int:
             returns.append(total)
             if args.verbose:
                 print(f"episode {ep + 1}: return {total:.2f}, {length} steps")
-        step_s, how = seconds_per_step(env)
+        step_s, how = env.seconds_per_step()
     except ObservationError as e:
         print(f"a3c eval: error: env {env_id} gave an observation the policy cannot use: {e}",
               file=sys.stderr)

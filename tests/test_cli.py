@@ -144,12 +144,14 @@ def test_eval_gif_is_real_time_and_reports_the_file(tmp_path):
 
 def test_write_gif_merges_identical_frames_keeping_real_time(tmp_path):
     pytest.importorskip("PIL")
-    from a3c_core.evaluate import seconds_per_step, write_gif
+    from a3c_core.envs.doom import DoomEnv
+    from a3c_core.evaluate import write_gif
 
-    class Doomish:
-        env_id, frame_skip = "doom:basic", 4
+    class Doomish(DoomEnv):     # no engine: a closed game falls back to ViZDoom's 35 tics/s
+        def __init__(self):
+            self.env_id, self.frame_skip, self._game = "doom:basic", 4, None
 
-    step_s, how = seconds_per_step(Doomish())
+    step_s, how = Doomish().seconds_per_step()
     assert step_s == pytest.approx(4 / 35) and how == "frame skip 4 at 35 tics/s"
     a = np.zeros((8, 8, 3), np.uint8)
     b = np.full((8, 8, 3), 200, np.uint8)

@@ -58,6 +58,16 @@ def import_ale():
     return ale_py
 
 
+def is_atari_id(env_id):
+    """True for ids built as Atari envs (``ALE/...``, ``*NoFrameskip-v4``,
+    ``atari:<game>``, ...) when ale-py is installed; ``ALE/`` and ``atari:``
+    ids always (building them then names what is missing)."""
+    try:
+        return atari_id_defaults(env_id) is not None
+    except (ImportError, ValueError):
+        return isinstance(env_id, str) and env_id.startswith(("ALE/", "atari:"))
+
+
 def _looks_atari(env_id):
     return (env_id.startswith(("ALE/", "atari:")) or "NoFrameskip" in env_id
             or "Deterministic" in env_id or env_id.endswith(("-v0", "-v4")))

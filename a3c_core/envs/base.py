@@ -95,6 +95,20 @@ class Env:
     def close(self):
         """Release the simulator and remove runtime files. Idempotent."""
 
+    def seconds_per_step(self) -> tuple:
+        """Game time one :meth:`step` covers, and how it was derived (a GIF's
+        frame duration): ``frame_skip`` frames at the simulator's rate
+        (:meth:`frame_rate`), or at an assumed 30 frames/s."""
+        skip = int(getattr(self, "frame_skip", 1) or 1)
+        rate, source = self.frame_rate()
+        if rate:
+            return skip / float(rate), f"frame skip {skip} at {source}"
+        return skip / 30.0, f"frame skip {skip} at an assumed 30 frames/s (the env gives no render_fps)"
+
+    def frame_rate(self) -> tuple:
+        """``(frames per second, where it comes from)``, or ``(None, "")`` when unknown."""
+        return None, ""
+
     # -- description -------------------------------------------------------
     def spec(self):
         """JSON-able description stored in checkpoints (``make_env(spec["id"],

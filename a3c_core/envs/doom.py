@@ -42,6 +42,7 @@ from .base import IMAGE_PREPROCESS, NETWORK_FOR_KIND, Env, check_frame_skip, sig
 INIT_LOCK = threading.Lock()
 
 DEFAULT_FRAME_SKIP = 4
+DOOM_TICRATE = 35  # ViZDoom's default engine tics per second
 DOOM_EXTRA = "pip install 'a3c_core[doom]'"
 
 #: Per-scenario start-up fixes: game args to add and/or the map to load.
@@ -390,6 +391,14 @@ class DoomEnv(Env):
         d["kind"] = "doom"
         d["cfg"] = self.cfg_path
         return d
+
+    def frame_rate(self):
+        rate = DOOM_TICRATE
+        try:
+            rate = int(self._game.get_ticrate()) or DOOM_TICRATE
+        except Exception:  # noqa: BLE001 - older vizdoom / closed game: the engine default
+            pass
+        return rate, f"{rate} tics/s"
 
     def close(self):
         if not self._closed:

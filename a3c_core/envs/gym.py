@@ -216,6 +216,13 @@ class GymEnv(Env):
         d["kind"] = "gym"
         return d
 
+    def frame_rate(self):
+        try:
+            fps = self._env.metadata.get("render_fps")
+        except AttributeError:
+            fps = None
+        return (fps, f"the env's render_fps {fps}") if fps else (None, "")
+
     def close(self):
         env, self._env = getattr(self, "_env", None), None
         if env is not None:

@@ -1,0 +1,206 @@
+"""Env families as declared records: what an id is, how it is built, and the
+defaults a run on it starts from.
+
+Every family (and every scenario of one that needs its own defaults) is one
+:class:`EnvFamily` record in :data:`FAMILIES`.  :func:`family_of` finds the
+record for an id; :func:`~a3c_core.envs.make_env` builds through it; the
+config's ``auto`` values (network, frame skip, observation and reward
+treatment, bootstrapping at time limits, env processes, learning rate) are
+read from :attr:`EnvFamily.defaults` by one function,
+:func:`a3c_core.train.config.resolve`.  Nothing outside ``envs/`` asks which
+family an id belongs to.
+
+Adding a family is one record (plus its adapter module)::
+
+    register_family(EnvFamily(
+        name="toy", form="'toy:<n>'",
+        matches=lambda env_id: env_id.startswith("toy:"),
+        build=lambda env_id, **common: ToyEnv(env_id, **common),
+        defaults=Defaults(frame_skip=1)))
+
+Why each default is what it is: docs/defaults.md (the measurements are in
+docs/results.md).
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Callable, Mapping
+
+from . import atari as _atari
+from . import doom as _doom
+from . import gym as _gym
+from .base import Env
+
+__all__ = ["Tuning", "Defaults", "EnvFamily", "FAMILIES", "UnknownEnvId", "family_of",
+           "register_family", "supported_forms"]
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The optimizer's defaults for one network spec on a family's envs."""
+
+    adam_lr: float = 1e-4          #: Adam's learning rate (RMSProp and SGD keep their own)
+    amsgrad: bool = False          #: Adam divides by the running max of its second moments
+    lr_anneal: bool = False        #: Adam anneals over ``lr_anneal_steps``
+
+
+#: image networks: Adam at 1e-4, annealed (keeps a converged doom:basic policy)
+IMAGE_TUNING = Tuning(adam_lr=1e-4, lr_anneal=True)
+#: vector networks: Adam at 3e-4 with AMSGrad (CartPole-v1: 475 within 30 s in 5 of 6 seeds)
+VECTOR_TUNING = Tuning(adam_lr=3e-4, amsgrad=True)
+
+
+def _frozen(d) -> Mapping:
+    return MappingProxyType(dict(d))
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """The values the config's ``auto`` fields take on a family's envs."""
+
+    frame_skip: int = 1
+    obs_norm: bool = False                 #: normalize image frames by a measured mean frame
+    reward_clip: float = 0.0               #: 0 = rewards are not clipped
+    truncation_bootstrap: bool = True      #: bootstrap from V(s_T) at a time limit
+    normalize_advantages: bool = True
+    env_process: bool = False              #: each env in a child process (envs that hold the GIL)
+    #: network spec by observation kind
+    network: Mapping[str, str] = field(
+        default_factory=lambda: _frozen({"image": "doom-lstm", "vector": "mlp-lstm"}))
+    #: optimizer defaults by network spec (a spec not listed: the optimizer's own)
+    tuning: Mapping[str, Tuning] = field(default_factory=lambda: _frozen({}))
+
+    def tuning_for(self, spec: str) -> Tuning:
+        return self.tuning.get(spec, Tuning())
+
+
+@dataclass(frozen=True)
+class EnvFamily:
+    """One family of env ids.
+
+    ``build(env_id, *, seed, frame_skip, runtime_dir, render, **options)``
+    returns an :class:`~a3c_core.envs.base.Env`; ``options`` names the
+    :class:`~a3c_core.train.config.Config` fields handed to it;
+    ``scenarios`` maps a scenario name (the id after ``prefix:``) to the
+    :class:`Defaults` fields it changes.
+    """
+
+    name: str
+    form: str                                   #: the id forms, for error messages
+    matches: Callable[[str], bool]
+    build: Callable[..., Env]
+    defaults: Defaults = field(default_factory=Defaults)
+    options: tuple = ()
+    scenarios: Mapping[str, Mapping] = field(default_factory=lambda: _frozen({}))
+
+    def defaults_for(self, env_id: str) -> Defaults:
+        """The family's defaults with the overrides of ``env_id``'s scenario."""
+        scenario = env_id.partition(":")[2]
+        changes = self.scenarios.get(scenario)
+        return dataclasses.replace(self.defaults, **changes) if changes else self.defaults
+
+
+# -- the shipped families ------------------------------------------------------
+
+def _is_doom(env_id: str) -> bool:
+    return env_id.startswith("doom:")
+
+
+def _build_doom(env_id, **kw):
+    scenario = env_id.partition(":")[2]
+    try:
+        _doom.resolve_scenario(scenario)      # ValueError naming the scenarios
+    except ValueError as exc:
+        raise ValueError(f"{exc} Supported id forms: {supported_forms()}.") from None
+    return _doom.DoomEnv(scenario, **kw)
+
+
+def _is_gym(env_id: str) -> bool:
+    """The catch-all: ``gym:<id>`` or any bare id that is not another family's
+    prefix typo (``dom:basic``)."""
+    prefix, sep, _ = env_id.partition(":")
+    if not sep or prefix == "gym" or "/" in prefix:
+        return True
+    try:    # gymnasium's 'module:Env-v0' form imports module first
+        return importlib.util.find_spec(prefix) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+class UnknownEnvId(ValueError):
+    """An id no family knows; :func:`~a3c_core.envs.make_env` adds the forms
+    and close matches to its message."""
+
+
+def _build_gym(env_id, **kw):
+    gym_id = env_id[len("gym:"):] if env_id.startswith("gym:") else env_id
+    try:
+        _gym.check_gym_id(gym_id)
+    except ValueError as exc:
+        raise UnknownEnvId(str(exc)) from None
+    return _gym.GymEnv(gym_id, **kw)
+
+
+DOOM = EnvFamily(
+    name="doom",
+    form="'doom:<scenario>' (a scenario shipped with vizdoom), 'doom:<path to a .cfg file>'",
+    matches=_is_doom, build=_build_doom,
+    # the scenario's timeout is part of the task: bootstrapping it drives V to
+    # the endless living penalty
+    defaults=Defaults(frame_skip=_doom.DEFAULT_FRAME_SKIP, obs_norm=True,
+                      truncation_bootstrap=False,
+                      network=_frozen({"image": "doom-lstm"}),
+                      tuning=_frozen({"doom-lstm": IMAGE_TUNING})),
+)
+
+ATARI = EnvFamily(
+    name="atari",
+    form="'ALE/Pong-v5', 'PongNoFrameskip-v4' or 'atari:Pong' (Atari)",
+    matches=_atari.is_atari_id, build=_atari.AtariEnv,
+    # ALE's step holds the GIL: each env steps in a child process; sparse
+    # clipped rewards make most normalized advantages value noise
+    defaults=Defaults(frame_skip=_atari.DEFAULT_FRAME_SKIP, obs_norm=True, reward_clip=1.0,
+                      normalize_advantages=False, env_process=True,
+                      network=_frozen({"image": _atari.ATARI_NETWORK}),
+                      tuning=_frozen({_atari.ATARI_NETWORK: Tuning(adam_lr=1e-4)})),
+    options=("noop_max", "terminal_on_life_loss", "repeat_action_probability"),
+)
+
+GYM = EnvFamily(
+    name="gym",
+    form="'gym:<gymnasium id>' or a bare registered gymnasium id such as 'CartPole-v1'",
+    matches=_is_gym, build=_build_gym,
+    defaults=Defaults(tuning=_frozen({"mlp": VECTOR_TUNING, "mlp-lstm": VECTOR_TUNING,
+                                      "doom-lstm": IMAGE_TUNING})),
+)
+
+#: in matching order: the first record whose ``matches`` accepts an id builds it
+#: (gym, the catch-all, stays last)
+FAMILIES: list[EnvFamily] = [ATARI, DOOM, GYM]
+
+
+def register_family(family: EnvFamily) -> EnvFamily:
+    """Add ``family`` ahead of the catch-all gym family (a family of the same
+    name is replaced).  Returns it."""
+    FAMILIES[:] = [f for f in FAMILIES if f.name != family.name]
+    FAMILIES.insert(len(FAMILIES) - 1 if FAMILIES and FAMILIES[-1] is GYM else len(FAMILIES),
+                    family)
+    return family
+
+
+def supported_forms() -> str:
+    return ", ".join(f.form for f in FAMILIES)
+
+
+def family_of(env_id: str) -> EnvFamily:
+    """The record that builds ``env_id``; ValueError naming the id forms when none does."""
+    if not isinstance(env_id, str) or not env_id.strip():
+        raise ValueError(f"env_id must be a non-empty string; supported forms: {supported_forms()}")
+    env_id = env_id.strip()
+    for fam in FAMILIES:
+        if fam.matches(env_id):
+            return fam
+    raise UnknownEnvId(f"unknown prefix {env_id.partition(':')[0] + ':'!r}")
