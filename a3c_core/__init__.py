@@ -3,7 +3,8 @@
 Public entry points (imported lazily so ``import a3c_core`` stays cheap):
 
 * :func:`build_network` - networks from a spec (``doom-lstm``, ``doom-ff``,
-  ``mlp-lstm``, ``mlp``) over one flat parameter buffer;
+  ``atari-lstm``, ``mlp-lstm``, ``mlp``; ``a3c_core.nn.SPECS``) over one flat
+  parameter buffer;
 * :func:`gradcheck` - centred finite-difference gradient check in float64;
 * :class:`Policy` - load a checkpoint and act, numpy + numba only;
 * :class:`Config` and :func:`train` - the A3C trainer;
@@ -13,6 +14,8 @@ Public entry points (imported lazily so ``import a3c_core`` stays cheap):
 ``a3c compile`` (:mod:`a3c_core.compile`) fills the Numba cache ahead of time
 for read-only installs.
 """
+import importlib
+
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -32,8 +35,6 @@ __all__ = sorted(_LAZY) + ["__version__"]
 
 def __getattr__(name):
     if name in _LAZY:
-        import importlib
-
         mod, attr = _LAZY[name]
         value = getattr(importlib.import_module(mod), attr)
         globals()[name] = value

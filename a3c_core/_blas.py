@@ -8,18 +8,15 @@ application that embeds a3c_core gets its BLAS settings back.
 """
 import contextlib
 
+from threadpoolctl import threadpool_limits
+
 
 @contextlib.contextmanager
 def blas_threads(n=1):
     """Limit every loaded BLAS pool to ``n`` threads inside the ``with`` block.
 
-    Uses threadpoolctl (a dependency); where it is missing this is a no-op.
+    Uses threadpoolctl (a dependency).
     """
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl is a dependency
-        yield None
-        return
     with threadpool_limits(limits=n, user_api="blas") as limiter:
         yield limiter
 
@@ -27,8 +24,4 @@ def blas_threads(n=1):
 def limit_blas_threads(n=1):
     """Permanent, process-wide limit: for benchmark scripts that own their
     process.  Library code uses :func:`blas_threads`."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover
-        return None
     return threadpool_limits(limits=n, user_api="blas")

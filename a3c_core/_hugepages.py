@@ -47,7 +47,7 @@ def _load_madvise():
     return fn
 
 
-def _thp_mode():
+def thp_mode():
     """The bracketed word of the kernel's THP setting, or None if unreadable."""
     try:
         with open("/sys/kernel/mm/transparent_hugepage/enabled") as fh:
@@ -59,7 +59,7 @@ def _thp_mode():
 
 _madvise = _load_madvise()
 #: False once madvise has failed (e.g. a kernel without THP): no more padded blocks
-_madvise_ok = _thp_mode() != "never"
+_madvise_ok = thp_mode() != "never"
 
 
 def enabled() -> bool:

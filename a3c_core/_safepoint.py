@@ -24,6 +24,8 @@ latency is the compile in progress: up to a few seconds.
 from __future__ import annotations
 
 import contextlib
+import signal
+import sys
 import threading
 
 _check = None
@@ -38,6 +40,8 @@ def safe_point():
 
 
 def _compile_listener():
+    # lazy: the CLI imports this module before numba, and held_sigint below
+    # guards numba's own import; only the trainer's and compile's blocks use it
     from numba.core import event
 
     class _CompileStart(event.Listener):
@@ -87,13 +91,9 @@ class deferred_sigint:
         if not self._fired:
             self._fired = True
             if self.note:
-                import sys
-
                 print(self.note, file=sys.stderr, flush=True)
 
     def __enter__(self):
-        import signal
-
         if threading.current_thread() is threading.main_thread():
             self._old = signal.signal(signal.SIGINT, self._handler)
             self._points = safe_points(self.check)
@@ -101,8 +101,6 @@ class deferred_sigint:
         return self
 
     def __exit__(self, *exc):
-        import signal
-
         if self._old is None:
             return False
         self._points.__exit__(*exc)
@@ -124,8 +122,6 @@ def held_sigint():
     Ctrl-C the command exits 130 for.  The handler that was installed
     (Python's own, or SIG_IGN under ``nohup``) is put back.
     """
-    import signal
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return

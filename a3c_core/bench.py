@@ -80,6 +80,7 @@ minute on 2 cores; ``--quick`` is a few seconds per section (smoke test).
 from __future__ import annotations
 
 import argparse
+import copy
 import io
 import json
 import math
@@ -92,6 +93,29 @@ import threading
 import time
 
 import numpy as np
+import threadpoolctl
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from a3c_core import core
+from a3c_core._blas import limit_blas_threads
+from a3c_core._jit import kernel
+from a3c_core.checkpoint import versions
+from a3c_core.core import Preprocessor
+from a3c_core.envs import make_env
+from a3c_core.envs.doom import DoomEnv
+from a3c_core.nn import kernels as K
+from a3c_core.nn import torch_twin
+from a3c_core.nn.blas import gemm_handle
+from a3c_core.nn.gradcheck import DEFAULT_OBS
+from a3c_core.nn.network import build_network
+from a3c_core.obs import ObsPipeline
+from a3c_core.timing import blas_kernel_note, blas_note, hugepage_info, time_call  # noqa: F401
+from a3c_core.timing import cpu_info as _cpuinfo
+from a3c_core.train.config import Config
+from a3c_core.train.trainer import make_trainer
 
 # ---------------------------------------------------------------------------
 # FLOP counting
@@ -118,8 +142,6 @@ def flops(net_or_spec="doom-lstm", obs_shape=(1, 84, 84), n_actions=3, *, T=1, *
     operations are not counted.
     """
     if isinstance(net_or_spec, str):
-        from a3c_core.nn.network import build_network
-
         net = build_network(net_or_spec, obs_shape, n_actions, **spec_kwargs)
     else:
         net = net_or_spec
@@ -140,80 +162,11 @@ def flops_of_layers(layers, *, T=1) -> dict:
 # machine info and timing helpers
 
 
-def _hugepage_info() -> dict:
-    """Whether a3c_core asks for huge pages (``A3C_HUGEPAGES``) and what the
-    kernel's transparent-huge-page mode is (the bracketed word of
-    /sys/kernel/mm/transparent_hugepage/enabled; None off Linux)."""
-    from a3c_core import _hugepages
-
-    return {"requested": _hugepages.enabled(), "thp": _hugepages._thp_mode()}
-
-
-#: OpenBLAS cores (``threadpoolctl``'s ``architecture``) with AVX-512 GEMM kernels
-_AVX512_BLAS_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
-
-
-def _cpuinfo() -> tuple[str | None, set]:
-    """(model name, flags) of the first CPU in /proc/cpuinfo; (None, set()) elsewhere."""
-    model, flags = None, set()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if model is None and line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                elif not flags and line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                if model is not None and flags:
-                    break
-    except OSError:
-        pass
-    return model, flags
-
-
-def blas_note(info) -> str | None:
-    """A warning when OpenBLAS runs AVX2 kernels on a CPU with AVX-512 (its
-    GEMMs, the backward's, may then run at half the speed they could: sgemm
-    121 against 216-233 GFLOP/s on the Zen 5 VM of bench/RESULTS.md, sixth
-    session of 2026-11-26), else None.  ``info``:
-    :func:`machine_info`'s dict."""
-    if "avx512f" not in info.get("cpu_isa", ()):
-        return None
-    for d in info.get("blas", ()):
-        arch = d.get("architecture")
-        if d.get("internal_api") != "openblas" or not arch or \
-                arch.lower() in _AVX512_BLAS_CORES:
-            continue
-        forced = info.get("openblas_coretype")
-        why = (f"OPENBLAS_CORETYPE={forced} selects them" if forced
-               else "OpenBLAS chose them for this CPU")
-        return (f"OpenBLAS runs its {arch} (AVX2) kernels on this AVX-512 CPU ({why}); its "
-                f"GEMMs, the backward's, may run at up to half the speed AVX-512 kernels reach: "
-                f"OPENBLAS_CORETYPE=SkylakeX (or unset) lets OpenBLAS use them")
-    return None
-
-
-def blas_kernel_note() -> str | None:
-    """:func:`blas_note` for this process (the CPU's flags, the BLAS libraries
-    ``threadpoolctl`` sees, ``OPENBLAS_CORETYPE``), without the rest of
-    :func:`machine_info`: ``a3c train`` prints it at the start of a run."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:  # pragma: no cover - a dependency
-        return None
-    info = {"cpu_isa": sorted(_cpuinfo()[1]),
-            "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
-            "blas": [{k: d.get(k) for k in ("internal_api", "architecture")}
-                     for d in threadpool_info() if d.get("user_api") == "blas"]}
-    return blas_note(info)
-
-
 def machine_info() -> dict:
     """CPU model and vector extensions, core counts, OS, Python / numpy /
     numba versions, BLAS (library, kernel set, ``OPENBLAS_CORETYPE``)."""
     model, flags = _cpuinfo()
     cpu = model or platform.processor() or platform.machine()
-    from a3c_core.checkpoint import versions
-
     info = {
         "cpu_model": cpu,
         "cpu_isa": sorted(f for f in flags if f in ("avx2", "fma", "avx512f", "avx512bw",
@@ -222,20 +175,13 @@ def machine_info() -> dict:
         "affinity_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "platform": platform.platform(),
         **versions(),  # python, numpy, numba, a3c_core
-        "hugepages": _hugepage_info(),
+        "hugepages": hugepage_info(),
     }
-    from a3c_core.nn.blas import gemm_handle
-
     # the backward's path: one compiled call per layer through numpy's BLAS, or np.dot
     info["backward"] = "compiled" if gemm_handle() is not None else "numpy"
-    try:
-        from threadpoolctl import threadpool_info
-
-        info["blas"] = [{k: d.get(k) for k in ("internal_api", "version", "num_threads",
-                                               "architecture")}
-                        for d in threadpool_info() if d.get("user_api") == "blas"]
-    except ImportError:  # pragma: no cover
-        pass
+    info["blas"] = [{k: d.get(k) for k in ("internal_api", "version", "num_threads",
+                                           "architecture")}
+                    for d in threadpoolctl.threadpool_info() if d.get("user_api") == "blas"]
     # OpenBLAS reads it once, when numpy loads it: the kernel set of every GEMM
     info["openblas_coretype"] = os.environ.get("OPENBLAS_CORETYPE")
     info["blas_note"] = blas_note(info)
@@ -258,29 +204,6 @@ class Row:
              "unit": self.unit, "notes": self.notes, "samples": self.n}
         d.update(self.extra)
         return d
-
-
-def time_call(fn, *, repeat=7, min_time=0.05, warmup=3) -> list[float]:
-    """Seconds per call of ``fn()``: ``repeat`` samples, each the mean over a
-    batch of calls that lasts at least ``min_time`` (after ``warmup`` calls)."""
-    for _ in range(warmup):
-        fn()
-    n = 1
-    while True:  # calibrate the batch size
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        dt = time.perf_counter() - t0
-        if dt >= min_time or n >= 1 << 20:
-            break
-        n = max(n * 2, int(n * min_time / max(dt, 1e-9) * 1.2))
-    out = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        out.append((time.perf_counter() - t0) / n)
-    return out
 
 
 def _us(samples):
@@ -343,8 +266,6 @@ def _rollout(net, T, rng):
 
 
 def bench_network(net, T, repeat, min_time, peak, fl) -> list[Row]:
-    from a3c_core import core
-
     rows = []
     rng = np.random.default_rng(0)
     obs1 = rng.random(tuple(net.obs_shape), dtype=np.float32)
@@ -427,8 +348,6 @@ def bench_step_packing(net, obs1, repeat, min_time) -> list[Row]:
     network passed before) against the packed form it passes now (11: two
     flat buffers and an int table), interleaved: the difference is Numba's
     per-argument dispatch cost, paid with the GIL held."""
-    from a3c_core.nn import kernels as K
-
     st, pk = net._step_static, net._step_packed
     h, c = net.initial_state() if net.recurrent else (np.zeros(1, net.dtype),) * 2
     out = [np.empty_like(h), np.empty_like(c), np.empty(net.n_actions, net.dtype)]
@@ -454,8 +373,6 @@ def bench_update_tail(n, grads, repeat, min_time) -> list[Row]:
     T): the old three passes (clip, Adam apply, sync) against the trainer's
     path (norm pass, Adam with the clip folded in and the worker's params
     written in the same sweep), timed interleaved."""
-    from a3c_core import core
-
     local = np.zeros(n, np.float32)
     shared_old = core.SharedState(np.zeros(n, np.float32), core.Adam(n, lr=1e-4))
     shared_new = core.SharedState(np.zeros(n, np.float32), core.Adam(n, lr=1e-4))
@@ -481,12 +398,9 @@ def bench_update_tail(n, grads, repeat, min_time) -> list[Row]:
 def _torch_learner(net, obs, actions, returns, adv, state0):
     """A PyTorch-A3C-style learner rollout for ``net``'s twin, or None without torch."""
     try:
-        from a3c_core.nn import torch_twin
         torch = torch_twin.import_torch()
     except ImportError:
         return None
-    import copy
-
     torch.set_num_threads(1)
     model = torch_twin.torch_model(net)
     shared = copy.deepcopy(model)
@@ -518,8 +432,6 @@ def bench_learner(net, T, repeat, min_time) -> list[Row]:
     the old path) and PyTorch-style recompute (when torch is installed), the
     paths timed interleaved (one sample of each in turn) so machine load
     hits them alike.  Each = one rollout's ``T`` steps + update, / ``T``."""
-    from a3c_core import core
-
     rng = np.random.default_rng(1)
     obs, actions, returns, adv = _rollout(net, T, rng)
     state0 = net.initial_state()
@@ -581,8 +493,6 @@ def bench_learner(net, T, repeat, min_time) -> list[Row]:
 
 
 def bench_preprocess(in_shape, out_shape, repeat, min_time) -> Row:
-    from a3c_core.core import Preprocessor
-
     prep = Preprocessor(tuple(in_shape), tuple(out_shape))
     frame = np.random.default_rng(0).integers(0, 256, tuple(in_shape), dtype=np.uint8)
     out = np.empty(tuple(out_shape), np.float32)
@@ -639,9 +549,6 @@ class _TrainerRun:
 
     def __init__(self, env, spec, workers, seed=0, limit_s=600.0, envs_per_worker=1,
                  processes=False):
-        from a3c_core.train.config import Config
-        from a3c_core.train.trainer import make_trainer
-
         self.tmp = tempfile.TemporaryDirectory(prefix="a3c-bench-")
         cfg = Config(env=env, spec=spec, workers=workers, total_steps=0, total_seconds=float(limit_s),
                      seed=seed, envs_per_worker=int(envs_per_worker), run_dir=os.path.join(self.tmp.name, "run"), quiet=True,
@@ -760,8 +667,6 @@ def _spin_kernel():
     """A nogil Numba busy loop and its seconds per iteration (compiled once)."""
     global _SPIN
     if _SPIN is None:
-        from a3c_core._jit import kernel
-
         @kernel
         def spin(n):
             x = 0.0
@@ -800,11 +705,6 @@ def _tsc_probe():
 
 
 def _build_tsc_probe():
-    from llvmlite import ir
-    from numba import njit, types
-    from numba.core import cgutils
-    from numba.extending import intrinsic
-
     @intrinsic
     def _rdtsc(typingctx):
         def codegen(context, builder, signature, args):
@@ -1060,8 +960,6 @@ def _make_env(env_id, runtime_dir):
     """``(env, None)`` or ``(None, reason)``: the env gives the network's input
     shape.  ViZDoom writes its runtime files under ``runtime_dir``."""
     try:
-        from a3c_core.envs import make_env
-
         try:
             env = make_env(env_id, seed=0, runtime_dir=runtime_dir)
         except TypeError:  # an adapter without runtime_dir
@@ -1077,8 +975,6 @@ def doom_adapter_overhead_us(scenario="basic", n_steps=3000, repeats=5, seed=0,
     get_state().screen_buffer, new_episode at the end) versus
     ``DoomEnv.step``/``reset`` on the same game, same action sequence,
     interleaved, after a warm-up.  Returns ``{"bare_us": .., "env_us": ..}``."""
-    from a3c_core.envs.doom import DoomEnv
-
     rng = np.random.default_rng(seed)
     with DoomEnv(scenario, seed=seed, runtime_dir=runtime_dir) as env:
         actions = rng.integers(0, env.n_actions, size=n_steps).tolist()
@@ -1127,11 +1023,7 @@ def bench_doom_overhead(scenario, n_steps, repeat, runtime_dir) -> Row:
 
 def _bench_micro(args, env, env_err, runtime, repeat, min_time, peak, quick, add, skipped):
     """Network, kernel, preprocess and env rows; ``(spec, obs_shape, n_actions, flops)``."""
-    from a3c_core.nn.network import build_network
-
     if env is not None:
-        from a3c_core.obs import ObsPipeline
-
         pipe_spec = dict(env.preprocess_spec)
         pipe = ObsPipeline(pipe_spec, env.obs_shape)
         obs_shape, n_actions = pipe.net_obs_shape, env.n_actions
@@ -1140,8 +1032,6 @@ def _bench_micro(args, env, env_err, runtime, repeat, min_time, peak, quick, add
         raw_shape = tuple(env.obs_shape)
     else:
         skipped.append(f"env {args.env} ({env_err})")
-        from a3c_core.nn.gradcheck import DEFAULT_OBS
-
         spec = args.spec if args.spec != "auto" else "doom-lstm"
         obs_shape = DEFAULT_OBS[spec] if len(DEFAULT_OBS.get(spec, ())) == 3 else (8,)
         n_actions, raw_image, raw_shape = 3, True, (120, 160)
@@ -1172,8 +1062,6 @@ def main(argv=None) -> int:
     min_time = 0.01 if quick else 0.05
     sgemm_n = args.sgemm_n or (256 if quick else 1024)
     workers = args.workers or default_workers()
-
-    from a3c_core._blas import limit_blas_threads
 
     limit_blas_threads(1)
     info = machine_info()

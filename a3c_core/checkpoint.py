@@ -21,10 +21,14 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import tempfile
 import zipfile
+from importlib import metadata
 
 import numpy as np
+
+from a3c_core import __version__
 
 FORMAT = "a3c_core.checkpoint"
 FORMAT_VERSION = 1
@@ -35,20 +39,13 @@ class CheckpointError(RuntimeError):
 
 
 def versions() -> dict:
-    import platform
-
-    out = {"python": platform.python_version(), "numpy": np.__version__}
+    """Python, numpy, numba and a3c_core versions (numba's read from its
+    package metadata: reading a checkpoint needs numpy only)."""
+    out = {"python": platform.python_version(), "numpy": np.__version__,
+           "a3c_core": __version__}
     try:
-        import a3c_core
-
-        out["a3c_core"] = a3c_core.__version__
-    except Exception:  # pragma: no cover
-        pass
-    try:
-        import numba
-
-        out["numba"] = numba.__version__
-    except Exception:  # pragma: no cover
+        out["numba"] = metadata.version("numba")
+    except metadata.PackageNotFoundError:  # pragma: no cover - a dependency
         pass
     return out
 

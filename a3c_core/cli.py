@@ -1,12 +1,26 @@
-"""Command line: ``a3c train | eval | plot | compile | gradcheck | bench`` (also ``python -m a3c_core``)."""
+"""Command line: ``a3c train | eval | plot | compile | gradcheck | bench`` (also ``python -m a3c_core``).
+
+Every command's modules are imported inside the function that runs it, on
+purpose (the one place in a3c_core that does so for its own modules):
+
+* numpy's and numba's C extensions must load under :func:`held_sigint`
+  (inside :func:`main`): a Ctrl-C while one initialises comes out as an
+  ImportError traceback instead of exit 130.  This module's top imports
+  nothing that loads them.
+* numba alone costs ~0.5 s (2-core VM: ``import numba`` 0.7-0.85 s against
+  0.33-0.39 s for numpy), which ``a3c --help``, ``a3c plot`` and ``a3c eval``
+  of a bad path should not pay for ``train``'s and ``bench``'s kernels.
+"""
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from dataclasses import MISSING, fields
+from dataclasses import fields
 
+from a3c_core import __version__
 from a3c_core._safepoint import held_sigint
+from a3c_core.report import final_line  # noqa: F401  (re-exported: tests and callers)
 
 
 def _field_help(f, default) -> str:
@@ -112,7 +126,7 @@ def _run_trainer(trainer, cfg, TrainingError):
                f"{trainer.norm_seconds:.1f} s" if getattr(trainer, "norm_seconds", None) is not None
                else "as trained")
         line += f"\nframes normalized: (x - mean frame) / {norm['std']:.4f}, {how}"
-    from a3c_core.bench import blas_kernel_note
+    from a3c_core.timing import blas_kernel_note
 
     note = blas_kernel_note()      # OpenBLAS held to AVX2 kernels on an AVX-512 CPU
     if note:
@@ -128,28 +142,6 @@ def _run_trainer(trainer, cfg, TrainingError):
         return 1
     print(final_line(res), flush=True)
     return res.exit_code
-
-
-def final_line(res) -> str:
-    """The one-line result of a run: final and best averages and which file holds which."""
-    line = f"{res.status}: {res.steps:,} steps, {res.episodes:,} episodes in {res.seconds:.1f}s; "
-    where = (f"parameters in {res.checkpoint}" if res.checkpoint
-             else "no checkpoint written (stopped before training started)")
-    if res.moving_avg is None:
-        line += f"no episode finished; {where}"
-    else:
-        line += f"final raw reward avg{res.avg_window} {res.moving_avg:.2f}"
-        if res.long_avg is not None and res.long_window != res.avg_window:
-            # fewer episodes than the short window (a short run, or a resume: the
-            # windows start again at a resume) put the same episodes in both
-            line += f", avg{res.long_window} {res.long_avg:.2f}"
-        line += f" ({where})"
-    if res.best_checkpoint and res.best_avg is not None:
-        line += (f"; best long-window avg {res.best_avg:.2f} at step {res.best_step:,} "
-                 f"({res.best_checkpoint})")
-    if res.skipped_updates:
-        line += f"; {res.skipped_updates} updates skipped (non-finite gradients)"
-    return line
 
 
 def cmd_eval(args):
@@ -183,8 +175,6 @@ def cmd_bench(args, rest):
 
 
 def _version():
-    from a3c_core import __version__
-
     return f"a3c_core {__version__}"
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from a3c_core.core import Preprocessor
+
 
 class ObservationError(ValueError, TypeError):
     """An observation of the wrong type, shape, dtype, or with NaN/inf values.
@@ -44,8 +46,6 @@ class ObsPipeline:
         self.kind = self.spec.get("kind")
         self._image = self.kind == "image"
         if self.kind == "image":
-            from a3c_core.core import Preprocessor
-
             out_shape = tuple(int(s) for s in self.spec.get("out_shape", (84, 84)))
             crop = self.spec.get("crop")
             self._prep = Preprocessor(self.raw_shape, out_shape, crop=tuple(crop) if crop else None)

@@ -91,6 +91,7 @@ def add_arguments(p):
 
 def plot_runs(runs, out, *, window=100, labels=None, title=None, target=None):
     """Draw ``runs`` (list of :func:`read_run` results) into the PNG ``out``; returns ``out``."""
+    # lazy: matplotlib is an optional extra ('a3c_core[plot]'), needed only to draw
     import matplotlib
 
     matplotlib.use("Agg")
@@ -162,7 +163,7 @@ def run_plot(args) -> int:
         print(msg)
         runs.append(run)
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib  # noqa: F401  (lazy: an optional extra; checked before drawing)
     except ImportError:
         print("a3c plot: error: matplotlib is not installed; it is optional: "
               "pip install 'a3c_core[plot]'", file=sys.stderr)

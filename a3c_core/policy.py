@@ -28,6 +28,7 @@ import threading
 import numpy as np
 
 from a3c_core.checkpoint import CheckpointError, check_layout, layout_of, load_checkpoint, save_checkpoint
+from a3c_core.nn.network import network_from_spec
 from a3c_core.obs import ObservationError, ObsPipeline  # noqa: F401 (re-exported)
 from a3c_core.sampling import greedy as greedy_action
 from a3c_core.sampling import sample_categorical
@@ -56,8 +57,6 @@ class Policy:
         file was loaded.  Raises :class:`CheckpointError` for a missing, corrupt,
         non-finite or mismatched checkpoint.
         """
-        from a3c_core.nn.network import network_from_spec
-
         path = os.fspath(path)
         if os.path.isdir(path):
             other = {"latest": "best", "best": "latest"}.get(which)

@@ -34,8 +34,8 @@ from __future__ import annotations
 import numpy as np
 
 from a3c_core._jit import kernel
-from a3c_core.core.normalize import (_running_returns_into, clip_into, merge_stats,
-                                     scale_clip_into)
+from a3c_core.core.normalize import (AdvantageNormalizer, ReturnNormalizer, _running_returns_into,
+                                     clip_into, merge_stats, scale_clip_into)
 
 __all__ = ["rollout_targets", "gae_into", "warm_up", "TARGETS_OK", "BAD_RETURNS", "BAD_ADVANTAGES"]
 
@@ -138,8 +138,6 @@ def warm_up():
     """Compile (or load) :func:`rollout_targets` for the argument types a
     :class:`~a3c_core.train.worker.Worker` passes, on a 3-step rollout with
     private statistics (the shared normalizers are not touched)."""
-    from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer
-
     n = 3
     f64, f32 = np.zeros(n), np.zeros(n, np.float32)
     seg_end = np.zeros(n, np.int64)

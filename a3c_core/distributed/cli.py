@@ -10,6 +10,11 @@ import json
 import os
 import sys
 
+from a3c_core.checkpoint import CheckpointError
+from a3c_core.distributed.options import RayOptions
+from a3c_core.report import final_line
+from a3c_core.train.config import ConfigError
+
 __all__ = ["add_ray_arguments", "misplaced_ray_flags", "ray_options_from_args", "run_ray_training"]
 
 _FLAGS = ("nodes", "shards", "sync_every", "sync_ms", "opt_state", "node_cpus", "max_restarts")
@@ -18,8 +23,6 @@ _FLAGS = ("nodes", "shards", "sync_every", "sync_ms", "opt_state", "node_cpus", 
 def add_ray_arguments(parser):
     """Add ``--ray [ADDRESS]``, ``--nodes``, ``--shards``, ``--sync-every``,
     ``--sync-ms``, ``--opt-state``, ``--node-cpus``, ``--max-restarts``."""
-    from a3c_core.distributed.options import RayOptions
-
     d = RayOptions()
     g = parser.add_argument_group(
         "distributed training on Ray (pip install 'a3c_core[ray]')",
@@ -58,8 +61,6 @@ def misplaced_ray_flags(args):
 def ray_options_from_args(args, resume=None):
     """:class:`RayOptions` from parsed flags; on resume, unset flags keep the
     values saved in the run's ``ray.json``."""
-    from a3c_core.distributed.options import RayOptions
-
     base = {}
     if resume:
         saved = os.path.join(resume, "ray.json")
@@ -76,17 +77,15 @@ def ray_options_from_args(args, resume=None):
 
 def run_ray_training(cfg, args, resume=None) -> int:
     """Run ``a3c train --ray``; returns the exit status."""
-    from a3c_core.checkpoint import CheckpointError
-    from a3c_core.cli import final_line
-    from a3c_core.train.config import ConfigError
-    from a3c_core.train.trainer import TrainingError
-
     try:
-        import ray  # noqa: F401
+        import ray  # noqa: F401  (lazy: Ray is an optional extra, 'a3c_core[ray]')
     except ImportError:
         print("a3c train: error: --ray needs Ray: pip install 'a3c_core[ray]'", file=sys.stderr)
         return 2
+    # lazy: the trainer and the driver load numba (~0.5 s) and Ray; this module
+    # is imported to build ``a3c train --help``, which needs neither
     from a3c_core.distributed.driver import RayTrainer, ShardLost
+    from a3c_core.train.trainer import TrainingError
 
     try:
         opts = ray_options_from_args(args, resume)

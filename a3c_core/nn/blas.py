@@ -34,6 +34,7 @@ import numpy as np
 from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
+from threadpoolctl import threadpool_info
 
 from a3c_core._jit import kernel
 
@@ -147,10 +148,6 @@ _SEARCHED = False
 
 def _numpy_blas_paths():
     """Shared libraries numpy loaded for BLAS (threadpoolctl's view), numpy's own first."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:  # pragma: no cover - threadpoolctl is a dependency
-        return []
     np_dir = os.path.dirname(os.path.dirname(np.__file__))
     paths = [d["filepath"] for d in threadpool_info() if d.get("user_api") == "blas"]
     return sorted(paths, key=lambda p: not p.startswith(np_dir))

@@ -20,13 +20,18 @@ import math
 
 import numpy as np
 
+from a3c_core._blas import limit_blas_threads
+from a3c_core.nn.gradcheck import DEFAULT_OBS
+from a3c_core.nn.network import build_network
+from a3c_core.timing import time_call
+
 TOL = {"float64": 1e-9, "float32": 1e-3}
 
 
 def import_torch():
     """``torch``, or ``ImportError`` saying how to get the (optional) CPU wheel."""
     try:
-        import torch
+        import torch  # lazy: PyTorch is an optional extra, only the twin's checks need it
     except ImportError:
         raise ImportError("a3c_core.nn.torch_twin needs PyTorch, an optional extra: "
                           "pip install torch==2.13.0  # the CPU wheel") from None
@@ -126,9 +131,6 @@ def _rel(a, b):
 
 def build_pair(spec="doom-lstm", obs_shape=None, n_actions=3, dtype=np.float32, seed=0):
     """``(net, model)``: our network and its torch twin with the same weights."""
-    from .gradcheck import DEFAULT_OBS
-    from .network import build_network
-
     net = build_network(spec, obs_shape or DEFAULT_OBS[spec], n_actions, dtype=dtype, seed=seed)
     return net, torch_model(net)
 
@@ -184,9 +186,6 @@ def check_agreement(spec="doom-lstm", dtype=np.float64, T=20, n_actions=3, seed=
 def time_side_by_side(spec="doom-lstm", T=20, repeat=7, min_time=0.1, n_actions=3) -> list[dict]:
     """Median us of batch-1 step and T-step fwd+bwd: ours vs torch (1 thread each)."""
     torch = import_torch()
-    from a3c_core._blas import limit_blas_threads
-    from a3c_core.bench import time_call
-
     limit_blas_threads(1)
     torch.set_num_threads(1)
     net, model = build_pair(spec, None, n_actions, np.float32)
