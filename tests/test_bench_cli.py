@@ -6,7 +6,7 @@ import numpy as np
 
 import pytest
 
-from a3c_core import bench
+from a3c_core import bench, timing
 
 # doom-lstm, 84x84 gray input, 3 actions: multiply-adds per step, by hand.
 CONV1 = 20 * 20 * 16 * (1 * 8 * 8)      # (84-8)/4+1 = 20
@@ -105,11 +105,11 @@ def test_blas_kernel_note_reads_this_process(monkeypatch):
     blas = [{"user_api": "blas", "internal_api": "openblas", "architecture": "Haswell"},
             {"user_api": "openmp", "internal_api": "openmp"}]
     monkeypatch.setattr(threadpoolctl, "threadpool_info", lambda: blas)
-    monkeypatch.setattr(bench, "_cpuinfo", lambda: ("cpu", {"avx2", "avx512f"}))
+    monkeypatch.setattr(timing, "cpu_info", lambda: ("cpu", {"avx2", "avx512f"}))
     monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
-    assert "OPENBLAS_CORETYPE=Haswell selects them" in bench.blas_kernel_note()
-    monkeypatch.setattr(bench, "_cpuinfo", lambda: ("cpu", {"avx2"}))
-    assert bench.blas_kernel_note() is None
+    assert "OPENBLAS_CORETYPE=Haswell selects them" in timing.blas_kernel_note()
+    monkeypatch.setattr(timing, "cpu_info", lambda: ("cpu", {"avx2"}))
+    assert timing.blas_kernel_note() is None
 
 
 def test_machine_info_records_the_blas_kernels():
