@@ -9,7 +9,7 @@ For each scenario it records: the random policy's average raw episode reward
 averages (last 100 and last 1,000 episodes, or all when fewer), the best long
 average, the steps and episodes done, the exact command, and a learning curve
 (one grid PNG, ``curves.png``).  ``results.json`` and ``results.md`` (a
-markdown table for bench/RESULTS.md) go to ``--out``.
+markdown table for docs/results.md) go to ``--out``.
 
 Runs are sequential (each uses every core: ``--workers 2`` on this machine);
 never run anything else beside it.

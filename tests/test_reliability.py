@@ -3,7 +3,7 @@ in a subprocess (real signals where a signal is involved) and must end as the
 case expects, with no traceback, no orphan process and no lost checkpoint.
 
 Cases that fail today because of a library bug are strict xfails whose reason
-names the bug. ``python bench/reliability.py --out bench/RELIABILITY.md``
+names the bug. ``python bench/reliability.py --out docs/reliability.md``
 runs the same cases and writes the table.
 """
 import sys

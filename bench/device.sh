@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The device runner: training throughput on a lent many-core machine, the
+# trainer's worker threads against its worker processes, one prepared
+# command for a machine with Python, numpy, numba, Cython and setuptools
+# but no package registry.
+#
+#   bash bench/device.sh OUT_DIR [WHEEL_DIR] [TRAINED_RUN]
+#   bash bench/device.sh --help
+#
+# WHEEL_DIR: wheels the machine lacks (vizdoom, gymnasium,
+# farama-notifications for its Python), installed under /tmp/a3c_site.
+# TRAINED_RUN: a trained doom:basic run directory (for the converged rows).
+#
+# Steps (the shared start first: machine facts into OUT/machine.txt, the
+# wheels, the Cython extensions built in place, a Numba cache in /tmp):
+# 1. for each worker count in WORKERS (default "1 8 16"): `a3c bench`'s
+#    end-to-end row (doom:basic from scratch, SECONDS_RUN seconds, default
+#    6) as threads, processes, processes, threads (T1 P1 P2 T2), each as
+#    OUT/e2e_w<W>_<tag>.json;
+# 2. with TRAINED_RUN: converged throughput at CONV_WORKERS (default 16)
+#    workers, threads and processes (bench/converged_throughput.py);
+# 3. one table: steps/s per worker count and pair, processes / threads.
+# About 4 minutes on a 16-core Xeon. docs/benchmarks.md says how to use it.
+set -u
+case "${1:-}" in
+    -h|--help|"") sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ]; exit $? ;;
+esac
+OUT=$1
+WHL=${2:-}
+RUN=${3:-}
+WORKERS=${WORKERS:-1 8 16}
+SECS=${SECONDS_RUN:-6}
+B=$(cd "$(dirname "$0")" && pwd)
+cd "$B/.." || exit 1
+
+# --- shared start ---------------------------------------------------------
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+t0=$(date +%s)
+stamp() { echo "== $(( $(date +%s) - t0 )) s: $*"; }
+stamp facts
+{ nproc; lscpu; free -g; cat /sys/kernel/mm/transparent_hugepage/enabled \
+  /sys/kernel/mm/transparent_hugepage/shmem_enabled; } >"$OUT/machine.txt" 2>&1
+grep -E "^(Model name|CPU\(s\)|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\)|L2|L3)" \
+    "$OUT/machine.txt"
+if [ -n "$WHL" ]; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/a3c_site "$WHL"/*.whl || exit 1
+    export PYTHONPATH=/tmp/a3c_site${PYTHONPATH:+:$PYTHONPATH}
+fi
+$PY -c "import sys, numpy, numba, vizdoom; print(sys.version.split()[0], 'numpy', numpy.__version__, 'numba', numba.__version__, 'vizdoom', vizdoom.__version__)" || exit 1
+stamp build
+$PY setup.py -q build_ext --inplace -j 8 >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export NUMBA_CACHE_DIR=/tmp/a3c_numba_cache
+
+# --- 1. end-to-end rows, T P P T -------------------------------------------
+for w in $WORKERS; do
+    for tag in T1 P1 P2 T2; do
+        mode=()
+        [ "${tag:0:1}" = P ] && mode=(--worker-processes)
+        stamp "e2e, $w workers, $tag"
+        $PY -m a3c_core bench --quick --skip-env --skip-gil --repeat 1 --workers "$w" \
+            --seconds "$SECS" "${mode[@]}" --json "$OUT/e2e_w${w}_$tag.json" \
+            | grep -E "train steps/s" || exit 1
+    done
+done
+
+# --- 2. converged throughput -----------------------------------------------
+if [ -n "$RUN" ]; then
+    cw=${CONV_WORKERS:-16}
+    stamp "converged, $cw workers"
+    $PY "$B/converged_throughput.py" "$RUN" --workers "$cw" --seconds 8 --warmup 3 \
+        --repeats 2 --modes auto,auto+p --json "$OUT/converged.json" 2>&1 | tail -8
+fi
+
+# --- 3. table ---------------------------------------------------------------
+stamp table
+$PY - "$OUT"/e2e_w*_*.json <<'EOF'
+import json, re, sys
+got = {}
+for path in sys.argv[1:]:
+    m = re.search(r"_w(\d+)_([TP])(\d)\.json$", path)
+    doc = json.load(open(path))
+    rows = doc["rows"] if isinstance(doc, dict) else doc
+    for r in rows:
+        if r["name"].startswith("train steps/s w"):
+            got.setdefault(int(m.group(1)), {})[(m.group(2), int(m.group(3)))] = r["median"]
+for w in sorted(got):
+    d = got[w]
+    cells = "  ".join(f"T{p} {d[('T', p)]:8.0f}  P{p} {d[('P', p)]:8.0f}  P/T {d[('P', p)] / d[('T', p)]:.2f}"
+                      for p in (1, 2) if ("T", p) in d and ("P", p) in d)
+    print(f"{w:3d} workers: {cells}")
+EOF
+stamp done
