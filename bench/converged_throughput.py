@@ -59,7 +59,7 @@ def _split(mode):
 def measure(run_dir, mode, workers, seconds, warmup):
     from a3c_core.checkpoint import find_resume_checkpoint
     from a3c_core.train.config import Config
-    from a3c_core.train.trainer import make_trainer
+    from a3c_core.train.trainer import Trainer
 
     full = mode
     mode, n_envs, procs = _split(mode)
@@ -78,7 +78,7 @@ def measure(run_dir, mode, workers, seconds, warmup):
                       merge_below=Config().merge_below if mode == "auto" else 0.0,
                       worker_processes=procs)
         cfg = Config(**fields)
-        tr = make_trainer(cfg, resume=dst, out=io.StringIO())
+        tr = Trainer(cfg, resume=dst, out=io.StringIO())
         err = []
 
         def run():

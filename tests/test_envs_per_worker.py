@@ -82,8 +82,8 @@ def _settings(**kw):
 
 
 @pytest.mark.parametrize("fused_act", [True, False])
-@pytest.mark.parametrize("kw", [{}, {"min_steps": 6}, {"gae_lambda": 0.9, "policy_epsilon": 0.1}],
-                         ids=["paper", "min-steps", "gae-eps"])
+@pytest.mark.parametrize("kw", [{}, {"min_steps": 6}, {"gae_lambda": 0.9}],
+                         ids=["paper", "min-steps", "gae"])
 def test_k_env_worker_is_the_sum_of_single_env_workers(kw, fused_act):
     K, T, R = 3, 10, 12
     s = _settings(**kw)
@@ -158,7 +158,7 @@ def _train(fused, K, settings, adv_norm, rollouts=25):
 
 @pytest.mark.parametrize("settings", [
     RolloutSettings(t_max=10, normalize_advantages=True),
-    RolloutSettings(t_max=10, cross_episode=True, normalize_advantages=True, reward_clip=0.7),
+    RolloutSettings(t_max=10, min_steps=10, normalize_advantages=True, reward_clip=0.7),
 ], ids=["paper", "cross"])
 def test_k_env_targets_in_one_call_are_the_separate_calls_bit_for_bit(settings):
     """Normalized rewards: each env's running return starts from its own and
@@ -239,14 +239,15 @@ def test_warm_up_compiles_the_reset_variant_for_several_envs(tmp_path, monkeypat
     """Env k's part starts a new segment in the recorded rows, so with
     several envs the warm-up compiles the LSTM backward's reset variant even
     where rollouts never run across episodes (merge_below 0)."""
-    import a3c_core.train.worker as W
+    import a3c_core.train.trainer as T
+    from a3c_core.train.config import resolve
     from a3c_core.train.trainer import Trainer
 
-    assert not Config(merge_below=0.0).records_resets()
-    assert Config(merge_below=0.0, envs_per_worker=2).records_resets()
-    assert Config().records_resets() and Config(cross_episode=True).records_resets()
+    assert not resolve(Config(merge_below=0.0)).records_resets
+    assert resolve(Config(merge_below=0.0, envs_per_worker=2)).records_resets
+    assert resolve(Config()).records_resets and resolve(Config(min_rollout=20)).records_resets
     seen = []
-    monkeypatch.setattr(W, "warm_up_network", lambda net, resets, **kw: seen.append(resets))
+    monkeypatch.setattr(T, "warm_up_network", lambda net, resets, **kw: seen.append(resets))
     for k, want in ((1, False), (2, True)):
         t = Trainer(Config(env="CartPole-v1", workers=1, envs_per_worker=k, merge_below=0.0,
                            quiet=True, tensorboard=False, run_dir=str(tmp_path / f"r{k}")))

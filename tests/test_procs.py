@@ -11,7 +11,7 @@ import pytest
 
 from a3c_core.checkpoint import load_checkpoint
 from a3c_core.train.config import Config, ConfigError
-from a3c_core.train.trainer import TrainingError, make_trainer
+from a3c_core.train.trainer import Trainer, TrainingError
 from proc_util import children_of, finish, start_cli, wait_for_file, wait_gone
 
 pytest.importorskip("gymnasium")
@@ -29,12 +29,12 @@ def _cfg(tmp_path, **kw):
     return Config(**dict(CART, run_dir=str(tmp_path / "run"), **kw)).validate()
 
 
-def test_make_trainer_gives_the_process_trainer(tmp_path):
-    from a3c_core.train.procs import ProcessTrainer
+def test_worker_processes_make_the_process_backend(tmp_path):
+    from a3c_core.train.procs import ProcessBackend
 
-    t = make_trainer(_cfg(tmp_path, total_steps=10))
+    t = Trainer(_cfg(tmp_path, total_steps=10))
     try:
-        assert isinstance(t, ProcessTrainer)
+        assert isinstance(t.backend, ProcessBackend)
         assert t._envs == [None, None]       # env 0 checked the id, then closed
     finally:
         t.close()
@@ -48,7 +48,7 @@ def test_processes_update_one_shared_state(tmp_path):
     every episode reaches episodes.csv once, from both workers, and the
     checkpoint holds what the processes wrote."""
     cfg = _cfg(tmp_path, total_steps=4000)
-    t = make_trainer(cfg)
+    t = Trainer(cfg)
     p0 = t.shared.params.copy()
     res = t.run()
     assert res.status == "done" and res.steps >= 4000
@@ -91,7 +91,7 @@ def test_a_worker_process_exception_fails_the_run_with_its_traceback(tmp_path, m
     monkeypatch.syspath_prepend(os.path.dirname(__file__))
     cfg = _cfg(tmp_path, env="crash_envs:RaiseInStep-v0", spec="mlp", total_steps=0)
     with pytest.raises(TrainingError, match=r"worker \d failed: .*EnvCrash"):
-        make_trainer(cfg).run()
+        Trainer(cfg).run()
     log = open(os.path.join(cfg.run_dir, "errors.log")).read()
     assert "crash_envs: step failed on purpose" in log and "Traceback" in log
     summary = json.load(open(os.path.join(cfg.run_dir, "summary.json")))
@@ -169,8 +169,8 @@ def test_workers_die_with_a_killed_trainer(tmp_path):
 
 def test_resume_continues_the_shared_counters(tmp_path):
     cfg = _cfg(tmp_path, total_steps=2000)
-    first = make_trainer(cfg).run()
-    res = make_trainer(cfg.replace(total_steps=4000), resume=cfg.run_dir).run()
+    first = Trainer(cfg).run()
+    res = Trainer(cfg.replace(total_steps=4000), resume=cfg.run_dir).run()
     assert res.steps >= 4000
     ck = load_checkpoint(cfg.run_dir)
     assert ck.meta["optimizer_scalars"]["step"] == ck.meta["counters"]["updates"]
@@ -223,12 +223,10 @@ def test_proc_store_applies_with_the_shared_optimizer_step():
 def test_worker_holds_the_stores_targets_lock_around_the_one_call_targets():
     """The normalizers' merge is atomic between processes only under the
     store's lock: the worker takes it once per update, for the targets call."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "gil_parts", os.path.join(os.path.dirname(__file__), "..", "bench", "gil_parts.py"))
-    gp = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gp)
+    from a3c_core import core
+    from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer
+    from a3c_core.envs import make_env
+    from a3c_core.nn.network import build_network
     from a3c_core.obs import ObsPipeline
     import a3c_core.train.worker as W
 
@@ -241,11 +239,14 @@ def test_worker_holds_the_stores_targets_lock_around_the_one_call_targets():
         def __exit__(self, *exc):
             self.held = 0
 
-    env = gp._NoGilEnv(step_us=0, episode=7)
-    pipe = ObsPipeline({"kind": "image", "out_shape": [84, 84]}, env.obs_shape)
-    w = gp._stand_in_worker(pipe, env)
-    lock = w.store.targets_lock = Lock()
-    w2 = W.Worker(0, env, w.net, pipe, w.store, w.s, np.random.default_rng(0))
+    env = make_env("CartPole-v1", seed=0)
+    pipe = ObsPipeline(env.preprocess_spec, env.obs_shape)
+    net = build_network("mlp-lstm", pipe.net_obs_shape, env.n_actions, seed=0)
+    shared = core.SharedState(net.params.copy(), core.make_optimizer("adam", net.n_params))
+    store = W.ThreadStore(shared, ReturnNormalizer(0.99), None, AdvantageNormalizer())
+    lock = store.targets_lock = Lock()
+    w2 = W.Worker(0, env, net, pipe, store, W.RolloutSettings(normalize_advantages=True),
+                  np.random.default_rng(0))
     seen = []
     real = W.rollout_targets
 
@@ -265,7 +266,7 @@ def test_worker_holds_the_stores_targets_lock_around_the_one_call_targets():
 def test_processes_with_several_envs_per_worker(tmp_path):
     """Each worker process starts and plays its own 2 envs."""
     cfg = _cfg(tmp_path, total_steps=2000, envs_per_worker=2)
-    res = make_trainer(cfg).run()
+    res = Trainer(cfg).run()
     assert res.status == "done" and res.steps >= 2000
     rows = _episodes(cfg.run_dir)
     assert {r["worker"] for r in rows} == {"0", "1"} and len(rows) == res.episodes
@@ -297,94 +298,6 @@ def test_free_lock_takes_back_a_lock_a_killed_worker_held():
     lock.release()
 
 
-def _two_stores(clip_relative=4.0, entropy=False):
-    """Two ProcStores as two worker processes see them: their own optimizer
-    and controller objects on the same arrays, block and lock."""
-    import threading
-
-    from a3c_core import core
-    from a3c_core.core.normalize import EntropyController
-    from a3c_core.train import procs
-
-    rng = np.random.default_rng(1)
-    n = 2048
-    p = rng.standard_normal(n).astype(np.float32)
-    s = np.zeros(procs.N_SCALARS, np.int64)
-    f = np.zeros(procs.N_FLOATS)
-    lock = threading.Lock()
-    stores, first = [], None
-    for _ in range(2):
-        sh = core.SharedState(p, core.Adam(n, lr=1e-3, clip_relative=clip_relative))
-        if first is None:
-            first = sh
-        else:
-            sh.params = first.params
-            sh.optimizer.exp_avg, sh.optimizer.exp_avg_sq = (first.optimizer.exp_avg,
-                                                              first.optimizer.exp_avg_sq)
-        ctl = EntropyController(0.5, 0.01) if entropy else None
-        stores.append(procs.ProcStore(sh, None, None, s, lock, None, ctl, f))
-    return stores, s, f, rng
-
-
-def test_proc_stores_keep_one_running_sum_of_v():
-    """Adam's clip_relative threshold comes from sum(v), kept by a running
-    recurrence: with two processes applying in turn, the shared sum stays
-    the exact sum of the shared v (the first apply sums it exactly, the
-    others add their own terms), and the clip counts add up."""
-    from a3c_core.train import procs
-
-    stores, s, f, rng = _two_stores()
-    s[procs.S_OPT_STEP] = 2000               # past the clip's first 1/(1-beta2) applies
-    s[procs.S_VSUM_STEP] = -1
-    v = stores[0].shared.optimizer.exp_avg_sq
-    v[:] = rng.random(v.size).astype(np.float32) * 1e-3
-    for k in range(8):
-        g = (rng.standard_normal(v.size) * (1.0 + 3.0 * (k == 5))).astype(np.float32)
-        assert stores[k % 2].apply(g, 1e9)[1]
-    # and one apply of store 1 inside one of store 0 (after its read of the
-    # sum, before its own term is added), as two processes overlap
-    a, b = stores
-    real = a.shared.apply
-
-    def overlapped(*args, **kw):
-        a.shared.apply = real
-        assert b.apply(rng.standard_normal(v.size).astype(np.float32), 1e9)[1]
-        return real(*args, **kw)
-
-    a.shared.apply = overlapped
-    assert a.apply(rng.standard_normal(v.size).astype(np.float32), 1e9)[1]
-    exact = float(np.sum(v, dtype=np.float64))
-    assert f[procs.F_VSUM] == pytest.approx(exact, rel=1e-5)
-    assert s[procs.S_VSUM_STEP] == 2000 and s[procs.S_OPT_STEP] == 2010
-    assert s[procs.S_CHECKS] == 10 and 1 <= s[procs.S_CLIPS] <= 10     # the 4x burst clipped
-
-
-def test_proc_stores_share_the_entropy_controller():
-    """The entropy floor's multiplier moves with every process's updates, as
-    one controller fed the same updates in the same order."""
-    from a3c_core.core.normalize import EntropyController
-    from a3c_core.train import procs
-
-    stores, s, f, _ = _two_stores(clip_relative=0.0, entropy=True)
-    f[procs.F_BETA] = 0.01
-    ref = EntropyController(0.5, 0.01)
-    for k, (h, n) in enumerate([(0.1, 20), (0.2, 20), (0.05, 10), (0.9, 20), (0.1, 20)]):
-        got = stores[k % 2].entropy_beta(h * n, n)
-        assert got == ref.update(h * n, n)
-    assert f[procs.F_LOG_MULT] == ref.log_mult > 0
-
-
-def test_processes_with_the_entropy_floor_and_the_relative_clip(tmp_path):
-    cfg = _cfg(tmp_path, total_steps=3000, entropy_target=0.3, adam_clip_relative=4.0)
-    res = make_trainer(cfg).run()
-    assert res.status == "done"
-    ck = load_checkpoint(cfg.run_dir)
-    lm = ck.meta["entropy_controller"]["log_mult"]
-    assert np.isfinite(lm) and lm >= 0
-    with open(os.path.join(cfg.run_dir, "metrics.csv")) as fh:
-        assert "charts/entropy_beta" in fh.read()
-
-
 def test_an_interrupt_while_the_workers_start_stops_those_started(tmp_path, monkeypatch):
     """Ctrl-C between two forks: the worker already started is stopped
     cleanly (not left to close()'s kill) and the run ends interrupted."""
@@ -408,10 +321,10 @@ def test_an_interrupt_while_the_workers_start_stops_those_started(tmp_path, monk
             return p
 
     monkeypatch.setattr(procs.mp, "get_context", lambda method: Ctx())
-    t = make_trainer(_cfg(tmp_path, total_steps=0))
+    t = Trainer(_cfg(tmp_path, total_steps=0))
     res = t.run()
     assert res.status == "interrupted" and res.steps > 0
-    assert len(t._procs) == 1 and t._procs[0].exitcode == 0
+    assert len(t.backend._procs) == 1 and t.backend._procs[0].exitcode == 0
     assert load_checkpoint(t.run_dir).meta["counters"]["steps"] == res.steps
 
 
@@ -425,7 +338,7 @@ def test_one_worker_process_trains_exactly_as_one_worker_thread(tmp_path):
         cfg = Config(env="CartPole-v1", spec="mlp-lstm", workers=1, total_steps=2000, seed=3,
                      run_dir=str(tmp_path / f"run{int(procs)}"), quiet=True, tensorboard=False,
                      worker_processes=procs).validate()
-        make_trainer(cfg).run()
+        Trainer(cfg).run()
         cks.append(load_checkpoint(cfg.run_dir))
     a, b = cks
     np.testing.assert_array_equal(a.params, b.params)

@@ -1,6 +1,7 @@
 """The Ray run loop: parameter-server shards, node actors, one run directory.
 
-:class:`RayTrainer` is a :class:`~a3c_core.train.trainer.Trainer` whose
+:class:`RayBackend` is the :class:`~a3c_core.train.backends.Backend` of a
+:class:`~a3c_core.train.trainer.Trainer` whose
 workers live in node actors (:class:`~a3c_core.distributed.node.Node`, W
 threads each) instead of this process.  The driver keeps everything a
 single-node run has: the run directory, ``config.toml``, ``metrics.csv`` /
@@ -41,9 +42,10 @@ import numpy as np
 from a3c_core.checkpoint import CheckpointError
 from a3c_core.distributed.options import RayOptions
 from a3c_core.distributed.sync import shard_bounds
-from a3c_core.train.trainer import Trainer, TrainingError
+from a3c_core.train.backends import Backend, TrainingError
+from a3c_core.train.trainer import Trainer
 
-__all__ = ["RayOptions", "RayTrainer", "ShardLost", "NodeLost", "train_ray"]
+__all__ = ["RayOptions", "RayBackend", "RayTrainer", "ShardLost", "NodeLost", "train_ray"]
 
 
 class ShardLost(TrainingError):
@@ -76,33 +78,35 @@ class _NodeSlot:
         self.core_offset = 0
 
 
-class RayTrainer(Trainer):
-    """A :class:`Trainer` whose workers run in Ray node actors (see the module docstring)."""
+class RayBackend(Backend):
+    """The backend whose workers run in Ray node actors (see the module docstring)."""
 
-    _live_optimizer = False      # the nodes hold the live statistics
+    name = "workers per node"
+    live_optimizer = False      # the nodes hold the live statistics
 
-    def __init__(self, cfg, ray_options: RayOptions | None = None, *, resume=None, out=None):
+    def __init__(self, ray_options: RayOptions | None = None):
+        super().__init__("--ray")
         self.opts = (ray_options or RayOptions()).validate()
         self._own_ray = False
         self.shards, self.slots = [], []
-        super().__init__(cfg, resume=resume, out=out)
-        try:
-            self._close_driver_envs()
-            self._connect()
-            self._launch()
-        except BaseException:
-            self.close()
-            raise
-        with open(os.path.join(self.run_dir, "ray.json"), "w") as fh:
-            json.dump(dataclasses.asdict(self.opts), fh, indent=1)
+
+    def describe(self) -> str:
+        return f"{self.opts.nodes} nodes x {self.trainer.n_workers} workers (Ray)"
+
+    @property
+    def tick_seconds(self):
+        return self.opts.poll_s
 
     # -- setup ----------------------------------------------------------------
-    def _close_driver_envs(self):
-        """The driver built env 0 only to learn specs; the nodes build their own."""
-        for i, env in enumerate(self._envs):
-            if env is not None:
-                env.close()
-                self._envs[i] = None
+    def prepare(self):
+        """The driver built env 0 only to plan the run; the nodes build their own."""
+        self.trainer.close_envs()
+        self._connect()
+        self._launch()
+
+    def written(self):
+        with open(os.path.join(self.trainer.run_dir, "ray.json"), "w") as fh:
+            json.dump(dataclasses.asdict(self.opts), fh, indent=1)
 
     def _connect(self):
         import ray
@@ -120,16 +124,14 @@ class RayTrainer(Trainer):
         self._own_ray = True
 
     def _node_cpus(self):
-        return float(self.opts.node_cpus or self.n_workers)
+        return float(self.opts.node_cpus or self.trainer.n_workers)
 
     def _setup_dict(self):
         return {
-            "cfg": self.cfg.to_dict(), "n_workers": self.n_workers,
-            "spec_name": self.spec_name, "net_spec": self.net_spec, "net_kwargs": self.net_kwargs,
-            "pipeline_spec": self.pipeline_spec, "settings": self._settings(),
-            "opt_kwargs": self._opt_kwargs(), "opt_state": self.opts.opt_state,
+            "plan": self.trainer.plan, "n_workers": self.trainer.n_workers,
+            "opt_state": self.opts.opt_state,
             "sync_every": self.opts.sync_every, "sync_ms": self.opts.sync_ms,
-            "resumes": self.resumes,
+            "resumes": self.trainer.resumes,
         }
 
     def _launch(self):
@@ -146,10 +148,10 @@ class RayTrainer(Trainer):
             raise ValueError(
                 f"the Ray cluster has {have:g} CPUs; {o.nodes} nodes x {self._node_cpus():g} "
                 f"CPUs need {need:g} (use fewer --nodes or --workers, set --node-cpus, or add machines)")
-        n = self.shared.n_params
+        n = self.trainer.shared.n_params
         self.bounds = shard_bounds(n, o.shards)
-        opt = self.shared.optimizer
-        vectors = {"params": self.shared.params}
+        opt = self.trainer.shared.optimizer
+        vectors = {"params": self.trainer.shared.params}
         scales = {"params": 1.0}
         if o.opt_state == "global":
             for name in stat_arrays(opt):
@@ -182,17 +184,17 @@ class RayTrainer(Trainer):
         per_host = {}
         for slot, info in zip(self.slots, infos):
             rank = per_host.setdefault(info["host"], 0)
-            slot.core_offset = rank * self.n_workers
+            slot.core_offset = rank * self.trainer.n_workers
             per_host[info["host"]] = rank + 1
         self.hosts = len(per_host)
         self.ray_nodes = len({info["node_id"] for info in infos})
 
     # -- checkpoints --------------------------------------------------------------
-    def save(self, which="latest"):
+    def before_save(self, which="latest"):
         """Refresh the driver's copy of the global state from the shards (and
-        the nodes' optimizer statistics), then write it like a single-node run."""
+        the nodes' optimizer statistics); the trainer then writes it like a
+        single-node run."""
         self._refresh_global(which)
-        return super().save(which)
 
     def _refresh_global(self, which):
         import ray
@@ -208,9 +210,9 @@ class RayTrainer(Trainer):
                 f"parameter-server shard {'?' if k is None else k} did not answer "
                 f"({type(e).__name__}: {str(e).splitlines()[0]}); {which}.npz not written, "
                 "the previous checkpoint is kept") from None
-        opt = self.shared.optimizer
+        opt = self.trainer.shared.optimizer
         for (lo, hi), r in zip(self.bounds, res):
-            self.shared.params[lo:hi] = r["params"]
+            self.trainer.shared.params[lo:hi] = r["params"]
             if self.opts.opt_state == "global":
                 for name, arr in r.items():
                     if name != "params":
@@ -249,57 +251,50 @@ class RayTrainer(Trainer):
 
     def _normalizers(self):
         """The driver's copies of the running statistics, by checkpoint meta key."""
-        out = {"reward_normalizer": self.normalizer,
-               "advantage_normalizer": getattr(self, "adv_normalizer", None),
-               "entropy_controller": getattr(self, "entropy_ctl", None)}
-        return {k: v for k, v in out.items() if v is not None}
+        return self.trainer.parts.normalizers()
 
     # -- the run: the Trainer's template, with nodes instead of threads ---------
-    def _start_workers(self):
-        self.t_start = time.perf_counter()
+    def start(self):
+        self.trainer.t_start = time.perf_counter()
         self._last_sync = self._sync_totals()
         for s in self.slots:
-            s.pending_start = s.handle.start.remote(s.core_offset, int(self.shared.steps))
+            s.pending_start = s.handle.start.remote(s.core_offset, int(self.trainer.shared.steps))
         return None
 
-    def _workers_running(self, handles) -> bool:
-        return not self.stop_event.is_set()
+    def running(self, handles) -> bool:
+        return not self.trainer.stop_event.is_set()
 
-    def _stop_workers(self, handles):
-        if self.t_start is not None:
+    def stop(self, handles):
+        if self.trainer.t_start is not None:
             self._stop_nodes()
 
-    @property
-    def _tick_seconds(self):
-        return self.opts.poll_s
-
-    def _before_tick(self):
+    def before_tick(self):
         self._poll()
 
-    def _consecutive_skips(self) -> int:
+    def consecutive_skips(self) -> int:
         return max((s.consecutive_skips for s in self.slots), default=0)
 
-    def _after_log(self, steps, dt):
+    def after_log(self, steps, dt):
         sync = self._sync_totals()
         self._log_sync(steps, sync, self._last_sync, dt)
         self._last_sync = sync
 
-    def _checkpoint(self, fn, *args):
+    def guard(self, fn, *args):
         self._guarded(fn, *args)
 
-    def _extend_result(self, result):
+    def extend_result(self, result):
         result.ray = self.ray_summary()
 
-    def _failure(self, path):
-        who, text = self.errors[0]
+    def failure(self, path):
+        who, text = self.trainer.errors[0]
         first = text.strip().splitlines()[-1] if text.strip() else ""
         if who == "shard":
             return ShardLost(f"{first}; the run stopped. Last checkpoint: {path or 'none written'}; "
-                             f"continue it with --resume {self.run_dir}", self.errors)
+                             f"continue it with --resume {self.trainer.run_dir}", self.trainer.errors)
         if who == "node-lost":
-            return NodeLost(f"{first}; last checkpoint: {path or 'none written'}", self.errors)
+            return NodeLost(f"{first}; last checkpoint: {path or 'none written'}", self.trainer.errors)
         what = f"{who} failed" if str(who).startswith("node") else f"{who}: {first}"
-        return TrainingError(f"{what}; last checkpoint: {path or 'none written'}", self.errors)
+        return TrainingError(f"{what}; last checkpoint: {path or 'none written'}", self.trainer.errors)
 
     def _guarded(self, fn, *args):
         """Run a checkpoint write; a dead shard stops the run (ShardLost) instead of raising."""
@@ -308,8 +303,8 @@ class RayTrainer(Trainer):
         except CheckpointError as e:
             if not self._shard_dead():
                 raise
-            self.errors.append(("shard", str(e)))
-            self.stop_event.set()
+            self.trainer.errors.append(("shard", str(e)))
+            self.trainer.stop_event.set()
 
     # -- node polling and faults ------------------------------------------------
     def _poll(self):
@@ -319,7 +314,7 @@ class RayTrainer(Trainer):
             if s.pending_start is not None:
                 self._check_start(s)
         live = [s for s in self.slots if s.status == "running"]
-        refs = [s.handle.poll.remote(int(self.shared.steps)) for s in live]
+        refs = [s.handle.poll.remote(int(self.trainer.shared.steps)) for s in live]
         for s, ref in zip(live, refs):
             try:
                 r = ray.get(ref, timeout=60)
@@ -340,22 +335,22 @@ class RayTrainer(Trainer):
         d_skip = r["skipped"] - s.last["skipped"]
         s.last = {"steps": r["steps"], "updates": r["updates"], "skipped": r["skipped"]}
         if d_steps:
-            self.shared.add_steps(d_steps)
+            self.trainer.shared.add_steps(d_steps)
         if d_upd:
-            self.shared.add_updates(d_upd)
+            self.trainer.shared.add_updates(d_upd)
         if d_skip:
-            self.shared.add_skipped_updates(d_skip)
+            self.trainer.shared.add_skipped_updates(d_skip)
         for wid, ret, length in r["episodes"]:
-            idx = self.shared.add_episodes(1)
-            self._on_episode(wid, ret, length, idx)
+            idx = self.trainer.shared.add_episodes(1)
+            self.trainer._on_episode(wid, ret, length, idx)
         s.loss_now = np.asarray(r["losses"], np.float64)
         s.sync = r["sync"]
         s.consecutive_skips = r["consecutive_skips"]
         for kind, text in r["errors"]:
             entry = ("shard", text) if kind == "shard" else (f"node {s.index} ({kind})", text)
-            if entry not in self.errors:
-                self.errors.append(entry)
-            self.stop_event.set()
+            if entry not in self.trainer.errors:
+                self.trainer.errors.append(entry)
+            self.trainer.stop_event.set()
 
     def _node_lost(self, s, err):
         """A poll or start of node ``s`` failed: Ray is restarting it (or cannot)."""
@@ -371,15 +366,15 @@ class RayTrainer(Trainer):
         s.sync = {"rounds": 0, "seconds": 0.0, "bytes": 0, "max_seconds": 0.0}
         s.last = {"steps": 0, "updates": 0, "skipped": 0}
         if s.restarts > self.opts.max_restarts:
-            self.errors.append(("node-lost", f"node {s.index} died {s.restarts} times; "
+            self.trainer.errors.append(("node-lost", f"node {s.index} died {s.restarts} times; "
                                 f"max_restarts={self.opts.max_restarts} is used up"))
-            self.stop_event.set()
+            self.trainer.stop_event.set()
             return
-        if not self.cfg.quiet:
+        if not self.trainer.cfg.quiet:
             print(f"\nnode {s.index} lost ({type(err).__name__}); Ray restarts it and it rejoins "
                   f"from the global parameters (restart {s.restarts}/{self.opts.max_restarts})",
-                  file=self.out, flush=True)
-        s.pending_start = s.handle.start.remote(s.core_offset, int(self.shared.steps))
+                  file=self.trainer.out, flush=True)
+        s.pending_start = s.handle.start.remote(s.core_offset, int(self.trainer.shared.steps))
 
     def _check_start(self, s):
         import ray
@@ -387,26 +382,26 @@ class RayTrainer(Trainer):
         done, _ = ray.wait([s.pending_start], timeout=0)
         if not done:
             if s.lost_at is not None and time.perf_counter() - s.lost_at > self.opts.start_timeout:
-                self.errors.append(("node-lost", f"node {s.index} did not come back within "
+                self.trainer.errors.append(("node-lost", f"node {s.index} did not come back within "
                                     f"{self.opts.start_timeout:g}s of its restart"))
-                self.stop_event.set()
+                self.trainer.stop_event.set()
             return
         ref, s.pending_start = s.pending_start, None
         try:
             ray.get(ref)
         except ray.exceptions.RayActorError as e:
             if s.status == "restarting":   # died again before it started: try again
-                s.pending_start = s.handle.start.remote(s.core_offset, int(self.shared.steps))
+                s.pending_start = s.handle.start.remote(s.core_offset, int(self.trainer.shared.steps))
             else:
                 self._node_lost(s, e)
             return
         except Exception as e:  # noqa: BLE001 - e.g. ShardFailure while joining
             text = str(e)
             kind = "shard" if "parameter server" in text else f"node {s.index}"
-            self.errors.append((kind, text))
-            self.stop_event.set()
+            self.trainer.errors.append((kind, text))
+            self.trainer.stop_event.set()
             return
-        s.running_since_steps = int(self.shared.steps)
+        s.running_since_steps = int(self.trainer.shared.steps)
         s.status = "running"
 
     def _shard_dead(self):
@@ -434,7 +429,7 @@ class RayTrainer(Trainer):
             s.status = "stopped"
 
     # -- metrics ------------------------------------------------------------------
-    def _loss_totals(self):
+    def loss_totals(self):
         if not self.slots:
             return np.zeros(6)
         return np.sum([s.loss_retired + s.loss_now for s in self.slots], axis=0)
@@ -447,19 +442,19 @@ class RayTrainer(Trainer):
 
     def _log_sync(self, steps, now, before, dt):
         rounds = now[0] - before[0]
-        el = self.elapsed()
-        self.logger.scalar("ray/sync_rounds_per_s", rounds / dt, steps, el)
-        self.logger.scalar("ray/sync_mbytes_per_s", (now[2] - before[2]) / dt / 1e6, steps, el)
+        el = self.trainer.elapsed()
+        self.trainer.logger.scalar("ray/sync_rounds_per_s", rounds / dt, steps, el)
+        self.trainer.logger.scalar("ray/sync_mbytes_per_s", (now[2] - before[2]) / dt / 1e6, steps, el)
         if rounds > 0:
-            self.logger.scalar("ray/sync_ms", 1e3 * (now[1] - before[1]) / rounds, steps, el)
-        self.logger.scalar("ray/node_restarts", sum(s.restarts for s in self.slots), steps, el)
+            self.trainer.logger.scalar("ray/sync_ms", 1e3 * (now[1] - before[1]) / rounds, steps, el)
+        self.trainer.logger.scalar("ray/node_restarts", sum(s.restarts for s in self.slots), steps, el)
 
     def ray_summary(self):
         rounds, secs, nbytes = self._sync_totals()
         return {
             **dataclasses.asdict(self.opts), "hosts": getattr(self, "hosts", None),
             "ray_nodes": getattr(self, "ray_nodes", None),
-            "workers_per_node": self.n_workers,
+            "workers_per_node": self.trainer.n_workers,
             "node_restarts": [s.restarts for s in self.slots],
             "sync_rounds": rounds, "sync_bytes": nbytes,
             "sync_ms_mean": 1e3 * secs / rounds if rounds else None,
@@ -467,8 +462,11 @@ class RayTrainer(Trainer):
         }
 
     # -- resources ----------------------------------------------------------------
-    def close(self):
-        super().close()
+    def live_steps(self) -> int:
+        return int(self.trainer.shared.steps)
+
+    def closed(self):
+        """After the trainer closed its envs: the actors, and Ray if this run started it."""
         try:
             import ray
         except ImportError:  # pragma: no cover
@@ -486,6 +484,11 @@ class RayTrainer(Trainer):
             self._own_ray = False
 
 
+def RayTrainer(cfg, ray_options=None, *, resume=None, out=None) -> Trainer:
+    """A :class:`~a3c_core.train.trainer.Trainer` with a :class:`RayBackend`."""
+    return Trainer(cfg, resume=resume, out=out, backend=RayBackend(ray_options))
+
+
 def train_ray(cfg, ray_options=None, *, resume=None, out=None):
-    """One-call version: build a :class:`RayTrainer` and run it."""
+    """One-call version: build a Ray-backed trainer and run it."""
     return RayTrainer(cfg, ray_options, resume=resume, out=out).run()

@@ -40,8 +40,15 @@ import traceback
 
 import numpy as np
 
+from a3c_core._blas import blas_threads
 from a3c_core.distributed.sync import NodeSync
+from a3c_core.envs import make_env
+from a3c_core.obs import ObsPipeline
+from a3c_core.train.build import build_parts, new_network, worker_offset
+from a3c_core.train.config import env_args
+from a3c_core.train.trainer import _allowed_cores, _pin_thread, _seed_of
 from a3c_core.train.worker import ThreadStore, Worker
+from a3c_core.warmup import warm_up_network
 
 __all__ = ["Node", "NodeStore", "ShardFailure", "stat_arrays"]
 
@@ -60,9 +67,8 @@ class NodeStore(ThreadStore):
     """ThreadStore whose episodes are queued for the driver and whose
     learning-rate step is the global step (driver's count + local since)."""
 
-    def __init__(self, shared, normalizer=None, adv_normalizer=None, entropy_ctl=None):
-        super().__init__(shared, normalizer, self._queue_episode, adv_normalizer=adv_normalizer,
-                         entropy_ctl=entropy_ctl)
+    def __init__(self, shared, normalizer=None, adv_normalizer=None):
+        super().__init__(shared, normalizer, self._queue_episode, adv_normalizer=adv_normalizer)
         self.episodes = []
         self._elock = threading.Lock()
         self.global_base = 0      # global steps at the driver's last poll
@@ -92,9 +98,8 @@ class Node:
     Args:
         index: node number (0..n_nodes-1); worker ids are ``index * W + i``.
         n_nodes: nodes in the run.
-        setup: dict from the driver: ``cfg`` (Config dict), ``spec_name``,
-            ``net_spec``, ``net_kwargs``, ``pipeline_spec``, ``settings``
-            (RolloutSettings), ``opt_kwargs``, ``opt_state`` ("local" or
+        setup: dict from the driver: ``plan`` (the run's
+            :class:`~a3c_core.train.build.RunPlan`), ``n_workers``, ``opt_state`` ("local" or
             "global"), ``sync_every``, ``sync_ms``, ``resumes``.
         shards: Ray actor handles of the :class:`~a3c_core.distributed.ps.ParamShard` s.
         bounds: ``[(lo, hi), ...]`` of the shards.
@@ -103,55 +108,29 @@ class Node:
     """
 
     def __init__(self, index, n_nodes, setup, shards, bounds, restore=None):
-        from a3c_core.core import SharedState, make_optimizer
-        from a3c_core.core.normalize import ReturnNormalizer
-        from a3c_core.nn.network import build_network
-        from a3c_core.train.config import Config
-
         self.index, self.n_nodes = int(index), int(n_nodes)
         self.setup = setup
-        self.cfg = cfg = Config.from_dict(setup["cfg"])
+        self.plan = plan = setup["plan"]
+        self.cfg = plan.cfg
         self.shards, self.bounds = list(shards), list(bounds)
         self.n_workers = int(setup["n_workers"])
         self.restarted = _was_restarted()
         # a restarted node must not replay the episodes of its first life
         self.nonce = int.from_bytes(os.urandom(3), "little") if self.restarted else 0
-        ns = setup["net_spec"]
-        self._build_network = build_network
-        net = build_network(setup["spec_name"], tuple(ns["obs_shape"]), ns["n_actions"],
-                            seed=cfg.seed, **setup["net_kwargs"])
-        opt = make_optimizer(cfg.optimizer, net.n_params, **setup["opt_kwargs"])
-        self.shared = SharedState(net.params, opt)
-        restore = restore or {}
-        if restore.get("optimizer") is not None:
-            opt.load_state_dict(restore["optimizer"])
-        # running statistics, per node; keys are the checkpoint's meta keys
-        self.normalizers = {}
-        if cfg.reward_scale is None:
-            self.normalizers["reward_normalizer"] = ReturnNormalizer(cfg.gamma)
-        if cfg.advantages_normalized():
-            from a3c_core.core.normalize import AdvantageNormalizer
-
-            self.normalizers["advantage_normalizer"] = AdvantageNormalizer(
-                horizon=getattr(cfg, "advantage_horizon", 0.0) or None,
-                max_scale=getattr(cfg, "advantage_scale_max", 0.0) or None)
-        settings = setup["settings"]
-        if getattr(settings, "entropy_target", 0.0) > 0:
-            from a3c_core.core.normalize import EntropyController
-
-            self.normalizers["entropy_controller"] = EntropyController(
-                settings.entropy_target, settings.entropy_beta)
-        for key, norm in self.normalizers.items():
-            if (restore.get("normalizers") or {}).get(key) is not None:
-                norm.load_state_dict(restore["normalizers"][key])
+        # the run's parts, built from the driver's plan as the driver built its
+        # own; optimizer and normalizer states from the run (on resume: the checkpoint)
+        parts = build_parts(plan, restore)
+        self.shared = parts.shared
+        opt = self.shared.optimizer
+        #: running statistics, per node; keys are the checkpoint's meta keys
+        self.normalizers = parts.normalizers()
         self.store = NodeStore(self.shared, self.normalizers.get("reward_normalizer"),
-                               self.normalizers.get("advantage_normalizer"),
-                               self.normalizers.get("entropy_controller"))
+                               self.normalizers.get("advantage_normalizer"))
         self.syncs = {"params": NodeSync(self.shared.params, self.bounds)}
         if setup["opt_state"] == "global":
             for name, clamp in stat_arrays(opt).items():
                 self.syncs[name] = NodeSync(getattr(opt, name), self.bounds, clamp_min=clamp)
-        self._warm_up(net)
+        warm_up_network(new_network(plan), plan.resolved.records_resets)
         self.runtime_dir = tempfile.mkdtemp(prefix=f"a3c-node{self.index}-")
         self.stop_event = threading.Event()
         self.errors = []          # (kind, text): kind "worker" or "shard"
@@ -163,12 +142,6 @@ class Node:
         self.started = False
 
     # -- setup ------------------------------------------------------------
-    def _warm_up(self, net):
-        from a3c_core.train.worker import warm_up_network
-
-        warm_up_network(net, self.cfg.records_resets(),
-                        mixed=self.cfg.policy_epsilon > 0)
-
     def ready(self):
         """``{"node_id": Ray node id, "host": hostname, "restarted": bool, "pid"}``."""
         import socket
@@ -274,11 +247,6 @@ class Node:
 
     # -- threads --------------------------------------------------------------
     def _worker_main(self, i, core_offset):
-        from a3c_core._blas import blas_threads
-        from a3c_core.envs import make_env
-        from a3c_core.obs import ObsPipeline
-        from a3c_core.train.trainer import _allowed_cores, _pin_thread, _seed_of
-
         cfg, st = self.cfg, self.setup
         gw = self.index * self.n_workers + i
         try:
@@ -289,16 +257,15 @@ class Node:
             envs = self.envs[i] = []
             for j in range(K):          # (env j > 0: envs_per_worker)
                 key = (cfg.seed, gw, st["resumes"], self.nonce) + ((j,) if j else ())
-                envs.append(make_env(cfg.env, seed=_seed_of(*key), frame_skip=cfg.frame_skip,
-                                     runtime_dir=self.runtime_dir, **cfg.env_kwargs()))
+                envs.append(make_env(cfg.env, seed=_seed_of(*key), runtime_dir=self.runtime_dir,
+                                     **env_args(cfg)))
             env = envs[0]
-            pipe = ObsPipeline(st["pipeline_spec"], env.obs_shape)
-            net = self._build_network(st["spec_name"], pipe.net_obs_shape, env.n_actions,
-                                      seed=cfg.seed, **st["net_kwargs"])
+            pipe = ObsPipeline(self.plan.pipeline_spec, env.obs_shape)
             rng = np.random.default_rng([cfg.seed, gw, st["resumes"], self.nonce])
-            offset = (i * self.shared.n_params // self.n_workers) // 16 * 16
-            w = self.workers[i] = Worker(gw, envs if K > 1 else env, net, pipe, self.store,
-                                         st["settings"], rng, offset=offset)
+            w = self.workers[i] = Worker(
+                gw, envs if K > 1 else env, new_network(self.plan), pipe, self.store,
+                self.plan.settings, rng,
+                offset=worker_offset(i, self.n_workers, self.shared.n_params))
             with blas_threads(1):
                 w.run(self.stop_event)
         except BaseException:  # noqa: BLE001 - reported to the driver by poll()

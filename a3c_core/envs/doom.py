@@ -392,6 +392,12 @@ class DoomEnv(Env):
         d["cfg"] = self.cfg_path
         return d
 
+    @property
+    def engine(self):
+        """The ``vizdoom.DoomGame`` this adapter drives (None once closed): for
+        benchmarks that compare the adapter with a bare engine loop."""
+        return self._game
+
     def frame_rate(self):
         rate = DOOM_TICRATE
         try:

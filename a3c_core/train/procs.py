@@ -1,10 +1,11 @@
 """Worker processes (``worker_processes = true``): Hogwild across processes.
 
-Why: worker threads share one GIL.  On a 16-core Xeon with doom:basic, 16
-worker threads ran 7.6k-9.3k agent steps/s and 16 worker *processes* that
-share the same parameters 12.2k-16.1k (1.6-1.7x; at 8 workers 1.0-1.26x):
-past ~8 workers the threads queue for the GIL (bench/RESULTS.md, session
-of 2026-11-27, ``bench/standin_scaling.py --mode``).
+Why: worker threads share one GIL.  On a 16-core Xeon with doom:basic
+(``a3c bench``'s end-to-end rows), 16 worker threads ran 6,674 agent
+steps/s and 16 worker *processes* sharing the same parameters 10,924; at 8
+workers 5,228 against 6,151 (docs/results.md).  The trainer therefore uses
+processes by default on Linux from 8 workers, or with one worker per core
+(:func:`~a3c_core.train.config.backend_choice`).
 
 How: after the warm-up (the compiled kernels are inherited), the trainer
 moves every array the workers write into one ``MAP_SHARED`` anonymous
@@ -32,10 +33,7 @@ ignore SIGINT and SIGTERM (a terminal's Ctrl-C reaches the whole process
 group; the trainer, which gets it too, stops them and checkpoints) and die
 with the trainer (``PR_SET_PDEATHSIG``).
 
-Adam's ``clip_relative`` keeps its running sum of v in the block too (each
-apply adds its own term to what the others left, under the lock), and so
-does the entropy controller its multiplier.  Not with ``--ray`` (its nodes
-are already processes).  Linux only (fork).
+Not with ``--ray`` (its nodes are already processes).  Linux only (fork).
 """
 from __future__ import annotations
 
@@ -43,7 +41,6 @@ import ctypes
 import mmap
 import multiprocessing as mp
 import multiprocessing.connection as mpc
-import os
 import signal
 import sys
 import time
@@ -52,18 +49,15 @@ import traceback
 import numpy as np
 
 from a3c_core.envs.proc import _describe_exit
-from a3c_core.train.trainer import Trainer
+from a3c_core.train.backends import Backend
+from a3c_core.train.config import ConfigError
 from a3c_core.train.worker import LossStats, ThreadStore
 
-__all__ = ["ProcessTrainer", "ProcStore", "SharedBlock"]
+__all__ = ["ProcessBackend", "ProcStore", "SharedBlock"]
 
 # the int64 counters of SharedBlock "scalars"
-S_STEPS, S_UPDATES, S_SKIPPED, S_CONSEC, S_OPT_STEP, S_VSUM_STEP, S_CLIPS, S_CHECKS = range(8)
-N_SCALARS = 8
-# its float64 "floats": Adam's running sum(v) (clip_relative), the entropy
-# controller's log multiplier and coefficient
-F_VSUM, F_LOG_MULT, F_BETA = range(3)
-N_FLOATS = 4
+S_STEPS, S_UPDATES, S_SKIPPED, S_CONSEC, S_OPT_STEP = range(5)
+N_SCALARS = 5
 
 #: seconds a stopping worker process may take (its rollout, closing its envs)
 #: before it is killed
@@ -101,17 +95,14 @@ class SharedBlock:
 class ProcStore(ThreadStore):
     """A worker process's side of the shared state: the same
     :class:`~a3c_core.train.worker.ThreadStore` on shared arrays, with the
-    counters, the optimizer's step and running sum of v, the entropy
-    controller and the normalizers' merges under the process-shared
-    ``lock``, and finished episodes sent over ``conn``."""
+    counters, the optimizer's step and the normalizers' merges under the
+    process-shared ``lock``, and finished episodes sent over ``conn``."""
 
     syncs_on_apply = True
 
-    def __init__(self, shared, normalizer, adv_normalizer, scalars, lock, conn,
-                 entropy_ctl=None, floats=None):
-        super().__init__(shared, normalizer, None, adv_normalizer, entropy_ctl)
+    def __init__(self, shared, normalizer, adv_normalizer, scalars, lock, conn):
+        super().__init__(shared, normalizer, None, adv_normalizer)
         self.scalars = scalars
-        self.floats = np.zeros(N_FLOATS) if floats is None else floats
         self.plock = lock
         #: held by the worker around its one-call targets (the normalizers' merges)
         self.targets_lock = lock
@@ -122,19 +113,14 @@ class ProcStore(ThreadStore):
         return int(self.scalars[S_STEPS])
 
     def apply(self, grads, max_grad_norm, offset=0, local=None):
-        sh, s, f = self.shared, self.scalars, self.floats
+        sh, s = self.shared, self.scalars
         opt = sh.optimizer
         stepped = hasattr(opt, "step")
-        relative = getattr(opt, "clip_relative", 0.0) > 0
         with self.plock:
             sh.steps = int(s[S_STEPS])          # the learning-rate anneal's global step
             if stepped:                          # this apply is the optimizer's step + 1
                 opt.step = int(s[S_OPT_STEP])
                 s[S_OPT_STEP] += 1
-            if relative:                         # Adam's running sum(v), as all applies left it
-                v0, vs0 = opt._v_sum, opt._v_sum_step = (
-                    float(f[F_VSUM]), None if s[S_VSUM_STEP] < 0 else int(s[S_VSUM_STEP]))
-                c0, k0 = opt.relative_clips, opt.relative_checks
         norm, applied = sh.apply(grads, max_grad_norm, offset=offset, sync_to=local)
         with self.plock:
             if applied:
@@ -145,31 +131,7 @@ class ProcStore(ThreadStore):
                 s[S_CONSEC] += 1
                 if stepped:                      # nothing applied: the step is given back
                     s[S_OPT_STEP] -= 1
-            if relative:
-                s[S_CLIPS] += opt.relative_clips - c0
-                s[S_CHECKS] += opt.relative_checks - k0
-                self._merge_v_sum(opt, v0, vs0, applied)
         return norm, applied
-
-    def _merge_v_sum(self, opt, v0, vs0, applied):
-        """Adam's running sum(v) after this apply, into the shared one (lock
-        held): its own term on top of what the other processes' applies
-        made of it meanwhile, or the exact sum its clip_scale took."""
-        s, f = self.scalars, self.floats
-        if opt._v_sum_step is None:
-            s[S_VSUM_STEP] = -1                  # unknown: the next clip_scale sums v again
-        elif opt._v_sum_step != vs0:             # summed exactly during this apply
-            f[F_VSUM], s[S_VSUM_STEP] = opt._v_sum, opt._v_sum_step
-        elif applied:                            # v_new = b2 v + (1 - b2) d^2, summed
-            f[F_VSUM] = opt.beta2 * f[F_VSUM] + (opt._v_sum - opt.beta2 * v0)
-
-    def entropy_beta(self, entropy_sum=0.0, n=0):
-        ctl, f = self.entropy_ctl, self.floats
-        with self.plock:
-            ctl.log_mult, ctl.beta_now = float(f[F_LOG_MULT]), float(f[F_BETA])
-            beta = ctl.update(entropy_sum, n)
-            f[F_LOG_MULT], f[F_BETA] = ctl.log_mult, ctl.beta_now
-        return beta
 
     def add_steps(self, n):
         with self.plock:
@@ -210,41 +172,40 @@ def _die_with_parent():
         pass
 
 
-class ProcessTrainer(Trainer):
-    """:class:`~a3c_core.train.trainer.Trainer` whose workers are processes
-    (see the module docstring); everything else is the trainer's."""
+class ProcessBackend(Backend):
+    """Workers as forked processes on one shared block (see the module docstring)."""
 
-    def __init__(self, cfg, *, resume=None, out=None):
+    name = "worker processes"
+    _ended = None     # (global step, perf_counter) of the episode being recorded
+
+    def __init__(self, why: str = ""):
         if not sys.platform.startswith("linux"):
-            from a3c_core.train.config import ConfigError
             raise ConfigError("config field 'worker_processes' = True: needs Linux (fork)")
+        super().__init__(why)
         self._procs = []
         self._conns = {}          # read end -> worker id
         self._block = None
-        self._reported = set()    # worker ids whose failure is in self.errors
-        super().__init__(cfg, resume=resume, out=out)
-        # env 0 was started here (the env id checked, the frame statistics
-        # measured); each worker process starts its own envs
-        self._close_envs()
-        self._env_claimed = [False] * len(self._envs)
-        self._env_ready = [type(ev)() for ev in self._env_ready]
+        self._reported = set()    # worker ids whose failure is in the trainer's errors
+        self._lock = self._pstop = None
 
-    def _close_envs(self):
-        for i, env in enumerate(self._envs):
-            if env is not None:
-                self._envs[i] = None
-                env.close()
+    def prepare(self):
+        # env 0 was started by the trainer (the env id checked, the frame
+        # statistics measured); each worker process starts its own envs
+        t = self.trainer
+        t.close_envs()
+        t._new_env_slots()
 
     # -- the shared block ---------------------------------------------------
     def _share(self):
-        sh, opt = self.shared, self.shared.optimizer
+        t = self.trainer
+        sh, opt = t.shared, t.shared.optimizer
         n = sh.n_params
-        specs = [("scalars", (N_SCALARS,), np.int64), ("floats", (N_FLOATS,), np.float64),
-                 ("losses", (self.n_workers, len(LossStats.FIELDS)), np.float64),
-                 ("merging", (self.n_workers,), np.int64),     # -1: not updating yet
+        specs = [("scalars", (N_SCALARS,), np.int64),
+                 ("losses", (t.n_workers, len(LossStats.FIELDS)), np.float64),
+                 ("merging", (t.n_workers,), np.int64),     # -1: not updating yet
                  ("params", (n,), sh.params.dtype)]
         specs += [("opt." + a, (n,), getattr(opt, a).dtype) for a in opt._arrays]
-        norms = [(k, m) for k, m in (("rn", self.normalizer), ("an", self.adv_normalizer))
+        norms = [(k, m) for k, m in (("rn", t.normalizer), ("an", t.adv_normalizer))
                  if m is not None]
         specs += [(k + ".stats", m.stats.shape, m.stats.dtype) for k, m in norms]
         b = self._block = SharedBlock(specs)
@@ -257,41 +218,31 @@ class ProcessTrainer(Trainer):
         s = b["scalars"]
         s[S_STEPS], s[S_UPDATES], s[S_SKIPPED] = sh.steps, sh.updates, sh.skipped_updates
         s[S_OPT_STEP] = int(getattr(opt, "step", 0))
-        f = b["floats"]
-        if getattr(opt, "clip_relative", 0.0) > 0:
-            f[F_VSUM] = opt._v_sum
-            s[S_VSUM_STEP] = -1 if opt._v_sum_step is None else opt._v_sum_step
-            s[S_CLIPS], s[S_CHECKS] = opt.relative_clip_counts()
-        if self.entropy_ctl is not None:
-            f[F_LOG_MULT], f[F_BETA] = self.entropy_ctl.log_mult, self.entropy_ctl.beta_now
 
     def _mirror(self):
         """The trainer's own counters from the shared ones (its monitor,
         logs and checkpoints read these)."""
         if self._block is None:
             return
-        s, sh = self._block["scalars"], self.shared
+        t = self.trainer
+        s, sh = self._block["scalars"], t.shared
         sh.steps, sh.updates, sh.skipped_updates = int(s[S_STEPS]), int(s[S_UPDATES]), int(s[S_SKIPPED])
-        opt, f = sh.optimizer, self._block["floats"]
+        opt = sh.optimizer
         if hasattr(opt, "step"):
             opt.step = int(s[S_OPT_STEP])
-        if getattr(opt, "clip_relative", 0.0) > 0:
-            with opt._lock:
-                opt.relative_clips, opt.relative_checks = int(s[S_CLIPS]), int(s[S_CHECKS])
-        if self.entropy_ctl is not None:
-            self.entropy_ctl.log_mult, self.entropy_ctl.beta_now = float(f[F_LOG_MULT]), float(f[F_BETA])
-        self.store.consecutive_skips = int(s[S_CONSEC])
+        t.store.consecutive_skips = int(s[S_CONSEC])
 
-    # -- backend hooks ----------------------------------------------------------
-    def _start_workers(self):
-        self._warm_up()
+    # -- the backend's hooks ------------------------------------------------------
+    def start(self):
+        t = self.trainer
+        t.warm_up()
         self._share()
         ctx = mp.get_context("fork")
         self._lock, self._pstop = ctx.Lock(), ctx.Event()
-        if self.logger is not None:
-            self.logger.flush()     # no buffered row is copied into the children
-        self.t_start = time.perf_counter()
-        for wid in range(self.n_workers):
+        if t.logger is not None:
+            t.logger.flush()     # no buffered row is copied into the children
+        t.t_start = time.perf_counter()
+        for wid in range(t.n_workers):
             r, w = ctx.Pipe(duplex=False)
             p = ctx.Process(target=self._child_main, args=(wid, w), daemon=True,
                             name=f"a3c-worker-{wid}")
@@ -307,19 +258,18 @@ class ProcessTrainer(Trainer):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         _die_with_parent()
+        t = self.trainer
         for r in self._conns:                  # the earlier workers' pipes: not ours
             r.close()
         try:
-            if self._cores:
-                os.sched_setaffinity(0, {self._cores[wid % len(self._cores)]})
-            self.store = ProcStore(self.shared, self.normalizer, self.adv_normalizer,
-                                   self._block["scalars"], self._lock, conn, self.entropy_ctl,
-                                   self._block["floats"])
-            w = self._make_worker(wid)
+            t.pin_worker(wid)
+            store = ProcStore(t.shared, t.normalizer, t.adv_normalizer,
+                              self._block["scalars"], self._lock, conn)
+            w = t.make_worker(wid, store)
             rows, merging = self._block["losses"], self._block["merging"]
-            stop, total = self._pstop, self.cfg.total_steps
+            stop, total = self._pstop, t.cfg.total_steps
             while not stop.is_set():
-                if total and self.store.steps >= total:
+                if total and store.steps >= total:
                     break
                 w.rollout()
                 rows[wid] = w.stats.as_array()
@@ -329,13 +279,14 @@ class ProcessTrainer(Trainer):
             conn.send(("error", wid, traceback.format_exc()))
             raise SystemExit(1) from None
         finally:
-            self._close_envs()
+            t.close_envs()
 
     def _drain(self, timeout=0.0):
         """Take in what the workers sent: episodes (counted and logged here),
         failures, their last words."""
         if not self._conns:
             return
+        t = self.trainer
         episodes = []
         for r in mpc.wait(list(self._conns), timeout):
             wid = self._conns[r]
@@ -346,29 +297,29 @@ class ProcessTrainer(Trainer):
                         episodes.append(msg)
                     elif msg[0] == "error":
                         self._reported.add(wid)
-                        self.errors.append((wid, msg[2]))
-                        self.stop_event.set()
+                        t.errors.append((wid, msg[2]))
+                        t.stop_event.set()
             except (EOFError, OSError):
                 del self._conns[r]
                 r.close()
         episodes.sort(key=lambda m: m[5])       # the workers' episodes in the order they ended
-        for _, wid, ret, length, step, t in episodes:
-            self._ended = step, t
-            self.store.record_episode(wid, ret, length)
+        for _, wid, ret, length, step, when in episodes:
+            self._ended = step, when
+            t.store.record_episode(wid, ret, length)
 
-    _ended = None     # (global step, perf_counter) of the episode being recorded
+    def episode_stamp(self):
+        """The step and time the worker sent with the episode being recorded."""
+        t = self.trainer
+        step, when = self._ended
+        return step, t.wall_offset + when - t.t_start
 
-    def _on_episode(self, wid, ret, length, index):
-        """The trainer's episode row, with the step and time the worker sent."""
-        step, t = self._ended
-        self._log_episode(wid, ret, length, index, step, self.wall_offset + t - self.t_start)
-
-    def _before_tick(self):
+    def before_tick(self):
         self._drain()
         self._mirror()
 
-    def _workers_running(self, procs) -> bool:
-        if self.stop_event.is_set():
+    def running(self, procs) -> bool:
+        t = self.trainer
+        if t.stop_event.is_set():
             self._pstop.set()
         alive = False
         for wid, p in enumerate(procs):
@@ -378,14 +329,14 @@ class ProcessTrainer(Trainer):
                 self._drain()                     # its last words, if it had any
                 if wid not in self._reported:
                     self._reported.add(wid)
-                    self.errors.append((wid, f"worker process {wid} (pid {p.pid}) died: "
-                                             f"{_describe_exit(p.exitcode)}"))
-                    self.stop_event.set()
+                    t.errors.append((wid, f"worker process {wid} (pid {p.pid}) died: "
+                                          f"{_describe_exit(p.exitcode)}"))
+                    t.stop_event.set()
                     self._pstop.set()
                     free_lock(self._lock)     # the others can then stop at once
         return alive
 
-    def _stop_workers(self, procs):
+    def stop(self, procs):
         procs = procs or self._procs     # (a signal while they were being started)
         if not procs:
             return
@@ -403,7 +354,7 @@ class ProcessTrainer(Trainer):
                 p.kill()
                 p.join()
         self._drain()
-        self._workers_running(procs)    # one that died without a word
+        self.running(procs)             # one that died without a word
         self._mirror()
 
     def live_steps(self) -> int:
@@ -411,22 +362,22 @@ class ProcessTrainer(Trainer):
 
     def worker_updates(self) -> list:
         if self._block is None:
-            return [0] * self.n_workers
+            return [0] * self.trainer.n_workers
         rows = self._block["losses"]
         return [int(u + k) for u, k in zip(rows[:, 4], rows[:, 5])]
 
-    def _merging_workers(self):
+    def merging_workers(self):
         if self._block is None:
             return None
         m = self._block["merging"]
         return int((m > 0).sum()) if (m >= 0).any() else None
 
-    def _loss_totals(self):
+    def loss_totals(self):
         if self._block is None:
             return np.zeros(len(LossStats.FIELDS))
         return self._block["losses"].sum(axis=0)
 
-    def _consecutive_skips(self) -> int:
+    def consecutive_skips(self) -> int:
         if self._block is None:
             return 0
         return int(self._block["scalars"][S_CONSEC])
@@ -439,4 +390,3 @@ class ProcessTrainer(Trainer):
         for r in list(self._conns):
             r.close()
         self._conns.clear()
-        super().close()

@@ -26,50 +26,34 @@ every episode so far, up to its full window).
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import math
 import os
 import re
-import signal
 import sys
 import threading
 import time
-import traceback
 
 import numpy as np
 
-from a3c_core.checkpoint import (
-    CheckpointError,
-    check_layout,
-    layout_of,
-    save_checkpoint,
-)
+from a3c_core import checkpoint as ck
+from a3c_core._blas import blas_threads
+from a3c_core.checkpoint import CheckpointError, save_checkpoint
+from a3c_core.envs import make_env
 from a3c_core.obs import ObsPipeline
-from a3c_core.train.config import Config, ConfigError
+from a3c_core.train.backends import Backend, ThreadBackend, TrainingError
+from a3c_core.train.build import build_parts, new_network, plan_run, restore_checkpoint, worker_offset
+from a3c_core.train.config import Config, ConfigError, backend_choice, env_args
 from a3c_core.train.logger import MetricsLogger
-from a3c_core.train.worker import RolloutSettings, ThreadStore, Worker
+from a3c_core.train.procs import ProcessBackend
+from a3c_core.train.signals import SIGNAL_EXIT, SignalsAsExceptions, StopSignal
+from a3c_core.train.worker import ThreadStore, Worker
+from a3c_core.warmup import warm_up_network
+
+__all__ = ["Trainer", "TrainResult", "TrainingError", "StopSignal", "train"]
 
 #: the long reward average covers this many times ``reward_window`` episodes
 LONG_WINDOW_FACTOR = 10
-#: exit status of a run stopped by a signal: 128 + signal number (shell convention)
-SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
-
-
-class TrainingError(RuntimeError):
-    """A worker failed (or the run diverged); ``worker_tracebacks`` holds what was raised."""
-
-    def __init__(self, msg, worker_tracebacks=()):
-        super().__init__(msg)
-        self.worker_tracebacks = list(worker_tracebacks)
-
-
-class StopSignal(KeyboardInterrupt):
-    """Raised in the main thread by SIGTERM (SIGINT raises KeyboardInterrupt)."""
-
-    def __init__(self, name):
-        super().__init__(name)
-        self.name = name
 
 
 class TrainResult:
@@ -107,12 +91,6 @@ class TrainResult:
         return (f"TrainResult(status={self.status!r}, steps={self.steps}, episodes={self.episodes}, "
                 f"seconds={self.seconds:.1f}, moving_avg={self.moving_avg}, "
                 f"long_avg={self.long_avg}, best_avg={self.best_avg}, run_dir={self.run_dir!r})")
-
-
-def network_spec_for(cfg: Config, env) -> str:
-    if cfg.spec != "auto":
-        return cfg.spec
-    return env.default_network
 
 
 def _allowed_cores():
@@ -179,32 +157,33 @@ def _rms_diff(a, b) -> float:
 
 
 class Trainer:
-    """Owns one training run; use as a context manager or call :meth:`close`.
+    """Runs one training run: lifecycle, monitor, checkpoints.
 
-    :func:`train` is the one-call version.  ``run()`` may be called once.
+    The run's parts come from :func:`~a3c_core.train.build.plan_run` and
+    :func:`~a3c_core.train.build.build_parts`; its workers run in ``backend``
+    (:class:`~a3c_core.train.backends.ThreadBackend`,
+    :class:`~a3c_core.train.procs.ProcessBackend` or
+    :class:`~a3c_core.distributed.driver.RayBackend`; default: threads or
+    processes as :func:`~a3c_core.train.config.backend_choice` says).  Use as
+    a context manager or call :meth:`close`; :func:`train` is the one-call
+    version.  ``run()`` may be called once.
     """
 
-    #: ``shared.optimizer`` is the one the workers apply to (its moments are
-    #: live and logged as ``optim/*``); a Ray driver's copy is only refreshed
-    #: at checkpoints, so it says False
-    _live_optimizer = True
-    _relative_clips_logged = (0, 0)
     _param_snapshot = None          # shared params at the last log (optim/param_change_*)
     _param_snapshot_updates = 0
+    norm_seconds = None             # how long measuring the image normalization took (a new run)
+    _resume_counters = None
 
-    def __init__(self, cfg: Config, *, resume: str | None = None, out=None):
-        from a3c_core import checkpoint as _ck
-        from a3c_core.core import SharedState, make_optimizer
-        from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer
-        from a3c_core.envs import make_env
-        from a3c_core.nn.network import build_network
-
+    def __init__(self, cfg: Config, *, resume: str | None = None, out=None,
+                 backend: Backend | None = None):
         self.out = out if out is not None else sys.stdout
         self.cfg = cfg = cfg.validate()
-        self._make_env = make_env
-        self._build_network = build_network
+        if backend is None:
+            processes, why = backend_choice(cfg)
+            backend = ProcessBackend(why) if processes else ThreadBackend(why)
+        self.backend = backend
         self._envs = []
-        self._starter = None      # the thread that starts the workers' envs (_start_envs)
+        self._starter = None      # the thread that starts the workers' envs (start_envs)
         self.logger = None
         self.t_start = None
         self.resume_note = None
@@ -213,7 +192,7 @@ class Trainer:
         if resume is not None:
             if not os.path.isdir(resume):
                 raise CheckpointError(f"--resume: run directory not found: {resume}")
-            ckpt = _ck.find_resume_checkpoint(resume)  # validates before anything is written
+            ckpt = ck.find_resume_checkpoint(resume)  # validates before anything is written
             self.resume_note = f"resuming from {ckpt.path} (step {ckpt.meta.get('counters', {}).get('steps', 0):,})"
             self.run_dir = resume
         self.n_workers = cfg.n_workers()
@@ -232,16 +211,27 @@ class Trainer:
         # while the engine renders, so the core never idles and its caches stay
         # warm (measured: 1 worker on 2 cores 1,040 -> 1,476 steps/s).
         self._cores = _allowed_cores() if cfg.pin_threads else []
-        self._envs = [None] * (self.n_workers * cfg.envs_per_worker)
-        # env e is started once, by the first thread to claim it (_env): the
-        # env starter beside the warm-up, or the worker that needs it first
-        self._env_lock = threading.Lock()
-        self._env_claimed = [False] * len(self._envs)
-        self._env_ready = [threading.Event() for _ in self._envs]
-        self._env_error = [None] * len(self._envs)
+        self._new_env_slots()
+        self.stop_event = threading.Event()
+        self.errors = []  # (worker id or what failed, traceback text)
+        self.rewards = RewardWindows(cfg.reward_window, LONG_WINDOW_FACTOR * cfg.reward_window)
         try:
-            self._env(0, pin=True)  # unknown ids fail before any file is written
-            self._setup(ckpt, SharedState, make_optimizer, ReturnNormalizer, AdvantageNormalizer)
+            env = self._env(0, pin=True)  # unknown ids fail before any file is written
+            self.plan = plan = plan_run(cfg, env, ckpt)
+            self.parts = build_parts(plan)
+            if ckpt is not None:
+                restore_checkpoint(self.parts, ckpt)
+                counters = ckpt.meta.get("counters", {})
+                self._resume_counters = (int(counters.get("steps", 0)),
+                                         int(counters.get("episodes", 0)))
+            self.wall_offset = float(ckpt.meta.get("counters", {}).get("wall_seconds", 0.0)) if ckpt else 0.0
+            self.norm_seconds = plan.norm_seconds
+            for note in plan.notes:
+                self.resume_note += f"; {note}"
+            self.store = ThreadStore(self.shared, self.normalizer, self._on_episode,
+                                     self.adv_normalizer)
+            self.backend.bind(self)
+            self.backend.prepare()
         except BaseException:
             self.close()  # no engine process left behind by a refused start
             raise
@@ -250,19 +240,60 @@ class Trainer:
         _remove_partial_checkpoints(os.path.join(self.run_dir, "checkpoints"))
         with open(os.path.join(self.run_dir, "config.toml"), "w") as fh:
             fh.write(cfg.to_toml())
+        self.backend.written()
 
-        self.stop_event = threading.Event()
-        self._signals = _signals_as_exceptions()   # inert until run() enters one
-        self.errors = []  # (worker id, traceback text)
-        self.rewards = RewardWindows(cfg.reward_window, LONG_WINDOW_FACTOR * cfg.reward_window)
-        self.workers = [None] * self.n_workers
+        self._signals = SignalsAsExceptions()   # inert until run() enters one
         meta = ckpt.meta if ckpt is not None else {}
         self.best_avg = meta.get("best_long_avg")
         self.best_avg = -np.inf if self.best_avg is None else float(self.best_avg)
         self.best_step = meta.get("best_step")
         self.stop_reason = None
 
-    # -- setup helpers ---------------------------------------------------
+    # -- the run's parts (read by backends, benchmarks and tests) --------------
+    @property
+    def shared(self):
+        return self.parts.shared
+
+    @property
+    def normalizer(self):
+        return self.parts.normalizer
+
+    @property
+    def adv_normalizer(self):
+        return self.parts.adv_normalizer
+
+    @property
+    def spec_name(self) -> str:
+        return self.plan.spec_name
+
+    @property
+    def net_spec(self) -> dict:
+        return self.plan.net_spec
+
+    @property
+    def pipeline_spec(self) -> dict:
+        return self.plan.pipeline_spec
+
+    @property
+    def env_spec(self) -> dict:
+        return self.plan.env_spec
+
+    @property
+    def workers(self) -> list:
+        """The workers built so far in this process (None for one not built yet)."""
+        return self.backend.workers
+
+    # -- the workers' envs (started once each, pinned to their worker's core) ---
+    def _new_env_slots(self):
+        """Env ``e`` is started once, by the first thread to claim it
+        (:meth:`_env`): the env starter beside the warm-up, or the worker
+        that needs it first."""
+        self._envs = [None] * (self.n_workers * self.cfg.envs_per_worker)
+        self._env_lock = threading.Lock()
+        self._env_claimed = [False] * len(self._envs)
+        self._env_ready = [threading.Event() for _ in self._envs]
+        self._env_error = [None] * len(self._envs)
+
     def _env_seed(self, wid, j=0):
         """Env ``j`` of worker ``wid`` (``j`` > 0 with envs_per_worker > 1)."""
         if j:
@@ -280,9 +311,8 @@ class Trainer:
             mask = set(self._cores)
             _pin_thread({self._cores[wid % len(self._cores)]})
         try:
-            return self._make_env(cfg.env, seed=self._env_seed(wid, j), frame_skip=cfg.frame_skip,
-                                  runtime_dir=os.path.join(self.run_dir, "vizdoom"),
-                                  **cfg.env_kwargs())
+            return make_env(cfg.env, seed=self._env_seed(wid, j),
+                            runtime_dir=os.path.join(self.run_dir, "vizdoom"), **env_args(cfg))
         finally:
             if pin and self._cores:
                 _pin_thread(mask)
@@ -324,155 +354,57 @@ class Trainer:
             except BaseException:  # noqa: BLE001 - raised again by the worker that needs it
                 return
 
-    def _setup(self, ckpt, SharedState, make_optimizer, ReturnNormalizer, AdvantageNormalizer):
-        cfg = self.cfg
-        env = self._envs[0]
-        if ckpt is not None and ckpt.env_spec.get("id", env.env_id) != env.env_id:
-            raise CheckpointError(
-                f"checkpoint {ckpt.path} was trained on env {ckpt.env_spec.get('id')!r}, not "
-                f"{env.env_id!r}; resume with --env {ckpt.env_spec.get('id')} or start a new run")
-        self.spec_name = network_spec_for(cfg, env)
-        self.pipeline_spec = dict(env.preprocess_spec)
-        if self.pipeline_spec.get("kind") == "image" and cfg.frame_size is not None:
-            self.pipeline_spec["out_shape"] = [cfg.frame_size, cfg.frame_size]
+    def start_envs_beside(self):
+        """Begin :meth:`_start_envs` on a thread (when there is more than one env)."""
+        if len(self._envs) > 1:
+            self._starter = threading.Thread(target=self._start_envs, daemon=True,
+                                             name="a3c-env-starter")
+            self._starter.start()
+
+    def close_envs(self):
+        """Close every env this process holds (an env that fails to close is
+        reported by :meth:`close`)."""
+        first_error = None
+        for i, env in enumerate(self._envs):
+            if env is not None:
+                try:
+                    env.close()
+                except Exception as e:  # noqa: BLE001 - keep closing the rest
+                    first_error = first_error or e
+                self._envs[i] = None
+        return first_error
+
+    def pin_worker(self, wid):
+        """Pin the calling thread (or process) to worker ``wid``'s core."""
+        if self._cores:
+            _pin_thread({self._cores[wid % len(self._cores)]})
+
+    def make_worker(self, wid, store=None) -> Worker:
+        """Worker ``wid`` with its envs, a local network and its own RNG, on
+        ``store`` (default: the run's in-process store)."""
+        K = self.cfg.envs_per_worker
+        envs = [self._env(e) for e in range(wid * K, (wid + 1) * K)]
+        env = envs[0]
         pipe = ObsPipeline(self.pipeline_spec, env.obs_shape)
-        if self.pipeline_spec.get("kind") == "image":
-            self._set_image_norm(ckpt, env, pipe)
-            try:
-                pipe = ObsPipeline(self.pipeline_spec, env.obs_shape)
-            except ValueError as e:      # a checkpoint's malformed "norm"
-                raise CheckpointError(f"checkpoint {getattr(ckpt, 'path', '?')} has an unusable "
-                                      f"preprocess spec: {e}") from None
-        self.net_kwargs = cfg.net_kwargs(self.spec_name)
+        rng = np.random.default_rng([self.cfg.seed, wid, self.resumes])
+        return Worker(wid, envs if K > 1 else env, new_network(self.plan), pipe,
+                      store if store is not None else self.store, self.plan.settings, rng,
+                      offset=worker_offset(wid, self.n_workers, self.shared.n_params))
+
+    def warm_up(self):
+        """Compile (first run) or load (cached) the Numba kernels before the clock starts."""
+        notice = threading.Timer(
+            1.5, lambda: print("compiling Numba kernels (first run only; cached afterwards)...",
+                               file=self.out, flush=True))
+        if not self.cfg.quiet:
+            notice.start()
         try:
-            net = self._build_network(self.spec_name, pipe.net_obs_shape, env.n_actions,
-                                      seed=cfg.seed, **self.net_kwargs)
-        except ValueError as e:
-            field = "frame_size" if self.pipeline_spec.get("kind") == "image" else "spec"
-            raise ConfigError(f"config field '{field}' = {getattr(cfg, field)!r}: {e}") from None
-        self.net_spec = net.spec
-        self.layout = layout_of(net)
-        # one preprocessing spec, stored once: the env spec records the pipeline used
-        self.env_spec = dict(env.spec(), preprocess=dict(self.pipeline_spec))
-        # a resumed run keeps the learning rate it trained with unless the config
-        # names one (lr 0 = the default, which a newer version may have changed)
-        self._saved_lr = None
-        if ckpt is not None and cfg.lr == 0 and ckpt.meta.get("optimizer") == cfg.optimizer:
-            lr = (ckpt.meta.get("optimizer_scalars") or {}).get("lr")
-            # a value the config could not hold (corrupt) falls back to the default
-            if isinstance(lr, (int, float)) and 0.0 < lr <= 1.0:
-                self._saved_lr = float(lr)
-                self.resume_note += f"; lr {lr:g} as trained (--lr to change it)"
-        opt = make_optimizer(cfg.optimizer, net.n_params, **self._opt_kwargs())
-        self.shared = SharedState(net.params, opt)
-        self.normalizer = None if cfg.reward_scale is not None else ReturnNormalizer(cfg.gamma)
-        self.adv_normalizer = (AdvantageNormalizer(horizon=cfg.advantage_horizon or None,
-                                                   max_scale=cfg.advantage_scale_max or None)
-                               if cfg.advantages_normalized() else None)
-        from a3c_core.core.normalize import EntropyController
+            with self._signals.deferred():  # a Ctrl-C lands between compiles
+                warm_up_network(new_network(self.plan), self.plan.resolved.records_resets)
+        finally:
+            notice.cancel()
 
-        self.n_actions = int(env.n_actions)
-        target = cfg.entropy_target_nats(self.n_actions)
-        self.entropy_ctl = EntropyController(target, cfg.entropy_beta) if target > 0 else None
-        self.store = ThreadStore(self.shared, self.normalizer, self._on_episode, self.adv_normalizer,
-                                 self.entropy_ctl)
-        self.wall_offset = 0.0
-        if ckpt is not None:
-            check_layout(ckpt, net)
-            self._restore(ckpt)
-
-    norm_seconds = None      # how long measuring the image normalization took (a new run)
-
-    def _set_image_norm(self, ckpt, env, pipe):
-        """The image normalization (obs.ObsPipeline's ``"norm"``): a resumed run
-        keeps the one it trained with (none, if it had none); a new run with
-        ``obs_norm`` measures it on ``obs_norm_frames`` frames of random play
-        in worker 0's env (seeded from the run's seed; the workers reset it)."""
-        cfg = self.cfg
-        if ckpt is not None:
-            norm = (ckpt.preprocess_spec or {}).get("norm")
-            if norm is not None:
-                self.pipeline_spec["norm"] = norm
-            elif cfg.obs_norm:
-                self.resume_note += "; frames not normalized (the run trained without obs_norm)"
-            return
-        if not cfg.obs_normalized():
-            return
-        from a3c_core.obs import estimate_image_norm
-
-        rng = np.random.default_rng((cfg.seed, 0x0B5))
-        n_act = int(env.n_actions)
-
-        def frames():
-            obs = env.reset()
-            for _ in range(cfg.obs_norm_frames):
-                yield pipe(obs)
-                obs, _, term, trunc = env.step(int(rng.integers(n_act)))
-                if term or trunc:
-                    obs = env.reset()
-
-        t0 = time.perf_counter()
-        self.pipeline_spec["norm"] = estimate_image_norm(frames())
-        self.norm_seconds = time.perf_counter() - t0
-
-    def _opt_kwargs(self):
-        c = self.cfg
-        lr = getattr(self, "_saved_lr", None) or c.learning_rate(self.spec_name)
-        anneal = dict(anneal_steps=c.anneal_horizon(self.spec_name),
-                      anneal_floor=c.lr_anneal_floor)
-        if c.optimizer == "rmsprop":
-            return dict(lr=lr, alpha=c.rmsprop_alpha, eps=c.rmsprop_eps, **anneal)
-        if c.optimizer == "adam":
-            return dict(lr=lr, beta1=c.adam_beta1, beta2=c.adam_beta2, eps=c.adam_eps,
-                        clip_relative=c.adam_clip_relative, amsgrad=c.amsgrad(self.spec_name),
-                        **anneal)
-        return dict(lr=lr)
-
-    def _settings(self) -> RolloutSettings:
-        c = self.cfg
-        return RolloutSettings(
-            t_max=c.t_max, gamma=c.gamma, gae_lambda=c.gae_lambda, value_coef=c.value_coef,
-            entropy_beta=c.entropy_beta, entropy_target=c.entropy_target_nats(self.n_actions),
-            uniform_kl=c.uniform_kl, policy_epsilon=c.policy_epsilon,
-            max_grad_norm=c.max_grad_norm,
-            reward_scale=c.reward_scale, reward_clip=c.effective_reward_clip(),
-            bootstrap_truncated=c.bootstrap_truncated(),
-            normalize_advantages=c.advantages_normalized(), cross_episode=c.cross_episode,
-            min_steps=c.effective_min_rollout(), merge_below=c.effective_merge_below())
-
-    def _restore(self, ckpt):
-        if ckpt.meta.get("optimizer") != self.cfg.optimizer:
-            raise CheckpointError(
-                f"checkpoint {ckpt.path} used optimizer {ckpt.meta.get('optimizer')!r}, "
-                f"the config asks for {self.cfg.optimizer!r}"
-            )
-        # statistics and step counts come from the checkpoint; hyperparameters
-        # (lr, alpha, eps, betas) from the config, so a resume may change them.
-        # So do the anneal's horizon and floor (anneal_floor is a hyper): with
-        # --lr-anneal-steps 0 the anneal runs over the config's total_steps,
-        # and a run resumed with a larger --total-steps anneals over the new
-        # budget instead of sitting at lr 0 past the old one
-        opt = self.shared.optimizer
-        owned = set(getattr(opt, "_hyper", ())) | {"anneal_steps"}
-        opt_state = {k: v for k, v in ckpt.meta.get("optimizer_scalars", {}).items()
-                     if k not in owned}
-        opt_state.update(ckpt.opt_arrays)
-        counters = ckpt.meta.get("counters", {})
-        try:
-            self.shared.load_state_dict({
-                "params": ckpt.params,
-                "optimizer": opt_state,
-                "counters": {k: counters.get(k, 0) for k in type(self.shared)._COUNTERS},
-            })
-            for norm, key in ((self.normalizer, "reward_normalizer"),
-                              (self.adv_normalizer, "advantage_normalizer"),
-                              (self.entropy_ctl, "entropy_controller")):
-                if norm is not None and ckpt.meta.get(key) is not None:
-                    norm.load_state_dict(ckpt.meta[key])
-        except (ValueError, TypeError) as e:
-            raise CheckpointError(f"checkpoint {ckpt.path} cannot be resumed: {e}") from None
-        self.wall_offset = float(counters.get("wall_seconds", 0.0))
-        self._resume_counters = (int(counters.get("steps", 0)), int(counters.get("episodes", 0)))
+    _warm_up = warm_up      # (the name tests and benchmarks patch)
 
     # -- checkpoints ---------------------------------------------------
     def _counters(self):
@@ -486,11 +418,11 @@ class Trainer:
         Raises :class:`CheckpointError` (and writes nothing) when the
         parameters are no longer finite: the previous checkpoint stays.
         """
+        self.backend.before_save(which)
         # the counters, and every episode row they count flushed to episodes.csv
         # before the checkpoint exists: a run killed right after it resumes
         # with no gap in the episode indices (the rows past it are truncated)
-        lock = getattr(self.store, "episode_lock", None)      # ThreadStore's
-        with lock if lock is not None else contextlib.nullcontext():
+        with self.store.episode_lock:
             counters = self._counters()
             if self.logger is not None:
                 self.logger.flush()
@@ -501,8 +433,8 @@ class Trainer:
         short, long_avg, n_eps = self.rewards.averages()
         meta = {
             "network": self.net_spec,
-            "layout": self.layout,
-            "env": self.env_spec,
+            "layout": self.plan.layout,
+            "env": self.plan.env_spec,
             "preprocess": self.pipeline_spec,
             "optimizer": self.cfg.optimizer,
             "optimizer_scalars": scalars,
@@ -517,8 +449,6 @@ class Trainer:
             "reward_normalizer": None if self.normalizer is None else self.normalizer.state_dict(),
             "advantage_normalizer": (None if self.adv_normalizer is None
                                      else self.adv_normalizer.state_dict()),
-            "entropy_controller": (None if self.entropy_ctl is None
-                                   else self.entropy_ctl.state_dict()),
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         if not np.all(np.isfinite(st["params"])):
@@ -536,9 +466,10 @@ class Trainer:
         return self.rewards.averages()[0]
 
     def _on_episode(self, wid, ret, length, index):
-        self._log_episode(wid, ret, length, index, int(self.shared.steps), self.elapsed())
+        step, wall = self.backend.episode_stamp()
+        self.log_episode(wid, ret, length, index, step, wall)
 
-    def _log_episode(self, wid, ret, length, index, step, wall):
+    def log_episode(self, wid, ret, length, index, step, wall):
         self.rewards.add(ret)
         if self.logger is not None:
             self.logger.episode(index, wall, step, wid, ret, length)
@@ -556,82 +487,23 @@ class Trainer:
             self.best_avg, self.best_step = prev
             raise
 
-    # -- the workers -------------------------------------------------------
-    def _make_worker(self, wid):
-        from a3c_core.nn.network import build_network
-
-        K = self.cfg.envs_per_worker
-        envs = []
-        for e in range(wid * K, (wid + 1) * K):
-            envs.append(self._env(e))
-        env = envs[0]
-        pipe = ObsPipeline(self.pipeline_spec, env.obs_shape)
-        net = build_network(self.spec_name, pipe.net_obs_shape, env.n_actions,
-                            seed=self.cfg.seed, **self.net_kwargs)
-        rng = np.random.default_rng([self.cfg.seed, wid, self.resumes])
-        # staggered start of this worker's optimizer sweep (see core.optim)
-        offset = (wid * self.shared.n_params // self.n_workers) // 16 * 16
-        return Worker(wid, envs if K > 1 else env, net, pipe, self.store, self._settings(), rng,
-                      offset=offset)
-
-    def _worker_main(self, wid):
-        try:
-            if self._cores:
-                _pin_thread({self._cores[wid % len(self._cores)]})
-            w = self.workers[wid] = self._make_worker(wid)
-            w.run(self.stop_event, self.cfg.total_steps)
-        except BaseException:  # noqa: BLE001 - surfaced by the main thread
-            self.errors.append((wid, traceback.format_exc()))
-            self.stop_event.set()
-
     def live_steps(self) -> int:
         """The agent steps so far, as the workers count them (for a bench)."""
-        return int(self.shared.steps)
+        return self.backend.live_steps()
 
     def worker_updates(self) -> list:
         """Updates applied or skipped by each worker so far (0 for one not built yet)."""
-        return [0 if w is None else int(w.stats.updates + w.stats.skipped) for w in self.workers]
-
-    def _merging_workers(self):
-        """How many workers' rollouts run on into the next episode (None: no worker yet)."""
-        ws = [w for w in getattr(self, "workers", ()) if w is not None]
-        return sum(bool(getattr(w, "merging", False)) for w in ws) if ws else None
-
-    def _loss_totals(self):
-        """Sum of every worker's :class:`LossStats` (fields as a float array)."""
-        arrs = [w.stats.as_array() for w in self.workers if w is not None]
-        return np.sum(arrs, axis=0) if arrs else np.zeros(6)
+        return self.backend.worker_updates()
 
     # -- the run ------------------------------------------------------------
-    def _warm_up(self):
-        """Compile (first run) or load (cached) the Numba kernels before the clock starts."""
-        from a3c_core.train.worker import warm_up_network
-
-        notice = threading.Timer(
-            1.5, lambda: print("compiling Numba kernels (first run only; cached afterwards)...",
-                               file=self.out, flush=True))
-        if not self.cfg.quiet:
-            notice.start()
-        try:
-            obs_shape = tuple(self.net_spec["obs_shape"])
-            net = self._build_network(self.spec_name, obs_shape, self.net_spec["n_actions"],
-                                      seed=self.cfg.seed, **self.net_kwargs)
-            with self._signals.deferred():  # a Ctrl-C lands between compiles
-                warm_up_network(net, self.cfg.records_resets(),
-                                mixed=self.cfg.policy_epsilon > 0)
-        finally:
-            notice.cancel()
-
     def run(self, announce=None) -> TrainResult:
         """Train until a stop condition, a signal or a failure; always leaves a
         loadable checkpoint, ``summary.json`` and closed envs behind.
         ``announce()`` (the CLI's "run directory" line) is called once the
         signal handlers are in place, so a Ctrl-C right after it is the run's."""
-        from a3c_core._blas import blas_threads
-
         # the handlers go in first, deferred: threadpoolctl's scan (a ctypes
         # callback) would swallow a KeyboardInterrupt; _run raises it
-        with _signals_as_exceptions(defer=True) as self._signals:
+        with SignalsAsExceptions(defer=True) as self._signals:
             try:
                 if announce is not None:
                     announce()
@@ -648,8 +520,8 @@ class Trainer:
         try:
             self._signals.resume()
             self.logger = MetricsLogger(self.run_dir, tensorboard=cfg.tensorboard,
-                                        resume_at=getattr(self, "_resume_counters", None))
-            handles = self._start_workers()
+                                        resume_at=self._resume_counters)
+            handles = self.backend.start()
             self._monitor(handles)
         except KeyboardInterrupt as e:  # SIGINT, or SIGTERM via StopSignal
             self._signals.caught()
@@ -660,7 +532,7 @@ class Trainer:
                 print(f"\n{sig}: stopping ({what})...", file=self.out, flush=True)
         finally:
             self.stop_event.set()
-            self._stop_workers(handles)
+            self.backend.stop(handles)
             if self.t_start is not None:
                 path, save_error = self._final_checkpoints()
                 if save_error:
@@ -668,65 +540,13 @@ class Trainer:
         if self.errors:
             status = "failed"
         result = self._result(status, sig, path)
-        self._extend_result(result)
+        self.backend.extend_result(result)
         self._write_summary(result)
         if self.errors:
-            raise self._failure(path)
+            raise self.backend.failure(path)
         return result
 
-    # -- backend hooks (threads here; a distributed backend overrides them) ---
-    def _start_workers(self):
-        """Start the workers and the clock; returns what ``_workers_running`` takes."""
-        if len(self._envs) > 1:
-            self._starter = threading.Thread(target=self._start_envs, daemon=True,
-                                             name="a3c-env-starter")
-            self._starter.start()
-        self._warm_up()
-        threads = [threading.Thread(target=self._worker_main, args=(i,), daemon=True,
-                                    name=f"a3c-worker-{i}") for i in range(self.n_workers)]
-        self.t_start = time.perf_counter()
-        for th in threads:
-            th.start()
-        return threads
-
-    def _workers_running(self, threads) -> bool:
-        return any(th.is_alive() for th in threads)
-
-    def _stop_workers(self, threads):
-        _join_all(threads or [])
-
-    #: seconds between monitor ticks
-    _tick_seconds = 0.2
-
-    def _before_tick(self):
-        """Called at every monitor tick before the stop conditions are checked."""
-
-    def _consecutive_skips(self) -> int:
-        return self.store.consecutive_skips
-
-    def _after_log(self, steps, dt):
-        """Called after each scalar log (every ``log_interval``)."""
-
-    def _checkpoint(self, fn, *args):
-        """Run a checkpoint write from the monitor (a backend may trap its errors)."""
-        fn(*args)
-
-    def _extend_result(self, result):
-        """Add backend-specific fields to the result before ``summary.json``."""
-
-    def _failure(self, path) -> TrainingError:
-        """The run's error: one line naming what failed and why; worker tracebacks
-        go to ``RUN_DIR/errors.log`` (the line says so)."""
-        who, text = self.errors[0]
-        last = text.strip().splitlines()[-1] if text.strip() else "unknown error"
-        if isinstance(who, int):
-            log = self._write_error_log()
-            what = f"worker {who} failed: {last} (traceback in {log})"
-        else:
-            what = f"{who}: {last}"
-        return TrainingError(f"{what}; last checkpoint: {path or 'none written'}", self.errors)
-
-    def _write_error_log(self):
+    def write_error_log(self):
         path = os.path.join(self.run_dir, "errors.log")
         with open(path, "a") as fh:
             for who, text in self.errors:
@@ -734,18 +554,18 @@ class Trainer:
         return path
 
     def _monitor(self, handles):
-        cfg = self.cfg
+        cfg, backend = self.cfg, self.backend
         now = time.perf_counter()
         last_ckpt = last_log = last_line = now
         first_ckpt_done = False
         last_steps = int(self.shared.steps)
-        prev = self._loss_totals()
+        prev = backend.loss_totals()
         tty = hasattr(self.out, "isatty") and self.out.isatty()
         line_every = cfg.log_interval if tty else max(10.0, cfg.log_interval)
-        while self._workers_running(handles):
-            self.stop_event.wait(min(self._tick_seconds, cfg.log_interval))
+        while backend.running(handles):
+            self.stop_event.wait(min(backend.tick_seconds, cfg.log_interval))
             self._signals.check()   # a signal whose raise C code swallowed
-            self._before_tick()
+            backend.before_tick()
             now = time.perf_counter()
             steps = int(self.shared.steps)
             short, _, n_eps = self.rewards.averages()
@@ -759,7 +579,7 @@ class Trainer:
                     and n_eps >= cfg.reward_window and short >= cfg.target_reward):
                 self.stop_reason = "target_reward"
                 self.stop_event.set()
-            skips = self._consecutive_skips()
+            skips = backend.consecutive_skips()
             if cfg.max_skipped_updates and skips >= cfg.max_skipped_updates:
                 self.errors.append(("divergence", (
                     f"{skips} updates in a row were skipped for non-finite gradients (NaN/inf); "
@@ -768,12 +588,12 @@ class Trainer:
                 self.stop_event.set()
             if now - last_log >= cfg.log_interval:
                 sps = (steps - last_steps) / (now - last_log)
-                tot = self._loss_totals()
+                tot = backend.loss_totals()
                 d = tot - prev
                 prev = tot
                 self._log_scalars(steps, sps, d)
-                self._after_log(steps, now - last_log)
-                self._checkpoint(self._maybe_save_best)
+                backend.after_log(steps, now - last_log)
+                backend.guard(self._maybe_save_best)
                 if not cfg.quiet and now - last_line >= line_every:
                     self._progress(steps, sps, d, tty)
                     last_line = now
@@ -782,7 +602,7 @@ class Trainer:
             if cfg.checkpoint_interval and (
                     (not first_ckpt_done and self.shared.updates > 0)
                     or now - last_ckpt >= cfg.checkpoint_interval):
-                self._checkpoint(self.save, "latest")
+                backend.guard(self.save, "latest")
                 first_ckpt_done, last_ckpt = True, now
 
     def _log_scalars(self, steps, sps, d):
@@ -798,11 +618,9 @@ class Trainer:
             log.scalar("charts/reward_scale", self.normalizer.scale, steps, el)
         if self.adv_normalizer is not None:
             log.scalar("charts/advantage_scale", self.adv_normalizer.scale, steps, el)
-        if self.entropy_ctl is not None:
-            log.scalar("charts/entropy_beta", self.entropy_ctl.beta_now, steps, el)
-        if self.cfg.effective_merge_below() > 0:
+        if self.plan.resolved.merge_below > 0:
             # how many workers' rollouts run on into the next episode (merge_below)
-            merging = self._merging_workers()
+            merging = self.backend.merging_workers()
             if merging is not None:
                 log.scalar("charts/merging_workers", merging, steps, el)
         n_upd = d[4]
@@ -812,7 +630,7 @@ class Trainer:
         if d[5] > 0:
             log.scalar("losses/skipped_updates", d[5], steps, el)
         stats = getattr(self.shared.optimizer, "moment_stats", None)
-        if stats is not None and self._live_optimizer and self.shared.updates > 0:
+        if stats is not None and self.backend.live_optimizer and self.shared.updates > 0:
             den_rms, upd_rms = stats()
             log.scalar("optim/adam_denominator_rms", den_rms, steps, el)
             log.scalar("optim/adam_update_rms", upd_rms, steps, el)
@@ -837,16 +655,6 @@ class Trainer:
                 log.scalar("optim/grad_to_adam_ratio",
                            d[3] / n_upd / (den_rms * math.sqrt(self.shared.optimizer.n_params)),
                            steps, el)
-            if self.shared.optimizer.clip_relative > 0:
-                # both counts from the optimizer under one lock: the workers'
-                # interval stats (n_upd) are tallied after the apply, so a ratio
-                # against them could pass 1 when an update straddles the read
-                clips, checks = self.shared.optimizer.relative_clip_counts()
-                c0, k0 = self._relative_clips_logged
-                if checks > k0:
-                    log.scalar("optim/relative_clip_fraction",
-                               (clips - c0) / (checks - k0), steps, el)
-                self._relative_clips_logged = (clips, checks)
         log.flush()
 
     def _final_checkpoints(self):
@@ -901,7 +709,9 @@ class Trainer:
 
     # -- resources ----------------------------------------------------------
     def close(self):
-        """Close the logger and every env (engines, child processes). Idempotent."""
+        """Stop the backend's workers and close the logger and every env
+        (engines, child processes). Idempotent."""
+        self.backend.close()
         first_error = None
         if self._starter is not None:     # no env may start after the loop below
             self.stop_event.set()
@@ -911,17 +721,12 @@ class Trainer:
                 self.logger.close()
             except Exception as e:  # noqa: BLE001 - keep closing the rest
                 first_error = first_error or e
-        for i, env in enumerate(self._envs):
-            if env is not None:
-                try:
-                    env.close()
-                except Exception as e:  # noqa: BLE001
-                    first_error = first_error or e
-                self._envs[i] = None
+        first_error = self.close_envs() or first_error
         try:  # the envs remove their runtime files; drop the emptied folder too
             os.rmdir(os.path.join(self.run_dir, "vizdoom"))
         except (OSError, AttributeError):
             pass
+        self.backend.closed()
         if first_error is not None:
             print(f"warning: while closing: {first_error}", file=sys.stderr)
 
@@ -944,116 +749,10 @@ def _remove_partial_checkpoints(ck_dir):
                 pass
 
 
-def _join_all(threads):
-    for th in threads:
-        while th.is_alive():
-            try:
-                th.join(0.5)
-            except KeyboardInterrupt:  # a second Ctrl-C: keep waiting, data first
-                pass
-
-
-class _signals_as_exceptions:
-    """While a run is in progress (main thread only): SIGINT raises
-    KeyboardInterrupt and SIGTERM :class:`StopSignal`, once; both stop the
-    workers and write the final checkpoint.  Later signals are ignored with a
-    note, so a second Ctrl-C cannot tear the final checkpoint.  The previous
-    handlers are restored afterwards.
-
-    It starts *deferred* (``defer=True``): a signal is recorded and raised
-    later by :meth:`check`, at a point known to be safe (see
-    :mod:`a3c_core._safepoint`); :meth:`resume` ends that first deferral and
-    :meth:`deferred` opens another, around the kernel warm-up.  Outside a
-    deferral the handler raises at once; a raise that C code swallowed (a
-    ctypes callback prints it and goes on) is raised again by the next
-    :meth:`check`, which the monitor calls every tick."""
-
-    def __init__(self, defer=False):
-        self._defer = 1 if defer else 0
-        self._fired = None          # the first signal, once one came
-        self._delivered = False     # raised where the run caught it
-        self._installed = False
-
-    def __enter__(self):
-        self._old = {}
-        if threading.current_thread() is not threading.main_thread():
-            return self
-
-        def handler(signum, frame):
-            name = signal.Signals(signum).name
-            if self._fired is not None:
-                print(f"\n{name}: already stopping, "
-                      "writing the final checkpoint...", file=sys.stderr, flush=True)
-                return
-            self._fired = signum
-            if self._defer:
-                print(f"\n{name}: stopping once the kernel being compiled is done...",
-                      file=sys.stderr, flush=True)
-                return
-            raise self._exception()
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._old[sig] = signal.signal(sig, handler)
-        self._installed = True
-        return self
-
-    def __exit__(self, *exc):
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-        self._installed = False
-        return False
-
-    def _exception(self):
-        if self._fired == signal.SIGINT:
-            return KeyboardInterrupt()
-        return StopSignal(signal.Signals(self._fired).name)
-
-    def check(self):
-        """Raise the signal that came, unless the run has caught it already."""
-        if self._fired is not None and not self._delivered:
-            self._delivered = True
-            raise self._exception()
-
-    def caught(self):
-        """The run caught the signal's exception (raised here or by the handler)."""
-        self._delivered = True
-
-    def resume(self):
-        """End the deferral the object started with; raise what came meanwhile."""
-        self._defer = max(0, self._defer - 1)
-        self.check()
-
-    @contextlib.contextmanager
-    def deferred(self):
-        """Record signals inside the block; raise them at its safe points
-        (:func:`a3c_core._safepoint.safe_point`, the start of each Numba
-        compile) or at its end."""
-        if not self._installed:
-            yield
-            return
-        from a3c_core._safepoint import safe_points
-
-        self._defer += 1
-        try:
-            with safe_points(self.check):
-                yield
-        finally:
-            self._defer -= 1
-        self.check()
-
-
-def train(cfg: Config | None = None, *, resume: str | None = None, out=None, **overrides) -> TrainResult:
+def train(cfg: Config | None = None, *, resume: str | None = None, out=None,
+          backend: Backend | None = None, **overrides) -> TrainResult:
     """Train with ``cfg`` (a :class:`Config`; keyword overrides allowed)."""
     cfg = cfg or Config()
     if overrides:
         cfg = cfg.replace(**overrides)
-    return make_trainer(cfg, resume=resume, out=out).run()
-
-
-def make_trainer(cfg: Config, *, resume: str | None = None, out=None) -> Trainer:
-    """A :class:`Trainer`, or with ``worker_processes`` a
-    :class:`~a3c_core.train.procs.ProcessTrainer`."""
-    if cfg.worker_processes:
-        from a3c_core.train.procs import ProcessTrainer
-        return ProcessTrainer(cfg, resume=resume, out=out)
-    return Trainer(cfg, resume=resume, out=out)
+    return Trainer(cfg, resume=resume, out=out, backend=backend).run()

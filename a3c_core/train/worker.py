@@ -18,10 +18,6 @@ other workers goes through a :class:`Store` with these operations:
   called when rewards are normalized, see :mod:`a3c_core.core.normalize`);
 * ``advantage_scale(advantages) -> scale`` - the same for the advantages
   (only called when ``normalize_advantages`` is set);
-* ``entropy_beta(entropy_sum=0.0, n=0) -> beta`` - merge an update's summed
-  policy entropy over ``n`` steps into the entropy floor's controller and
-  return the coefficient for the next update (only called when
-  ``entropy_target`` is set, see :class:`~a3c_core.core.normalize.EntropyController`).
 
 :class:`ThreadStore` implements it in-process for worker threads (Hogwild on
 one :class:`~a3c_core.core.SharedState`); another backend (a process, a Ray
@@ -67,22 +63,15 @@ worker's own while it plays that env (:meth:`Worker._use`).
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import subprocess
-import sys
 import threading
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from a3c_core._safepoint import safe_point
 from a3c_core.core import gae
 from a3c_core.core.normalize import clip_into, running_returns, scale_clip_into
 from a3c_core.core.targets import BAD_ADVANTAGES, BAD_RETURNS, rollout_targets
-from a3c_core.core.targets import warm_up as warm_up_targets
-from a3c_core.sampling import sample_categorical, sample_mixed
+from a3c_core.sampling import sample_categorical
 
 __all__ = ["RolloutSettings", "LossStats", "Store", "ThreadStore", "Worker"]
 
@@ -96,14 +85,6 @@ class RolloutSettings:
     gae_lambda: float = 1.0
     value_coef: float = 0.5
     entropy_beta: float = 0.01
-    #: entropy floor in nats (0 = off): the store's controller raises the
-    #: entropy coefficient above entropy_beta while the policy's entropy is below it
-    entropy_target: float = 0.0
-    #: coefficient of the KL(uniform || pi) penalty (0 = off; see Config.uniform_kl)
-    uniform_kl: float = 0.0
-    #: > 0: act with (1 - e) pi + e / A and weight each step's policy gradient
-    #: by w = (1 - e) pi(a) / that (see sampling.sample_mixed, Config.policy_epsilon)
-    policy_epsilon: float = 0.0
     max_grad_norm: float = 40.0
     #: fixed reward multiplier, or None: divide by the running return std
     reward_scale: float | None = None
@@ -114,15 +95,13 @@ class RolloutSettings:
     bootstrap_truncated: bool = True
     #: divide advantages by their running RMS (see core.normalize.AdvantageNormalizer)
     normalize_advantages: bool = False
-    #: every rollout has t_max steps: an episode that ends inside it is
-    #: followed by the next one (LSTM state reset, no gradient across)
-    cross_episode: bool = False
     #: > 0: a rollout that reaches an episode's end with fewer than this many
-    #: steps runs on into the next episode, as with cross_episode, and ends at
-    #: the first episode end from this many steps on (or at t_max); 0: every
-    #: rollout ends with its episode.  cross_episode is min_steps = t_max.
+    #: steps runs on into the next episode (LSTM state reset, no gradient
+    #: across) and ends at the first episode end from this many steps on (or
+    #: at t_max; min_steps = t_max: every rollout has t_max steps); 0: every
+    #: rollout ends with its episode.
     min_steps: int = 0
-    #: > 0 with min_steps 0 (and cross_episode off): while the worker's last
+    #: > 0 with min_steps 0: while the worker's last
     #: ``merge_window`` episodes average fewer than this many steps, its
     #: rollouts run on into the next episode as with min_steps = t_max // 2,
     #: and end with their episode again once those episodes average more
@@ -174,9 +153,6 @@ class Store:
     def advantage_scale(self, advantages) -> float:
         raise NotImplementedError
 
-    def entropy_beta(self, entropy_sum=0.0, n=0) -> float:
-        raise NotImplementedError
-
     def target_stats(self):
         """``(reward stats, reward params, advantage stats, advantage
         params)``: the shared normalizers' arrays, which a worker merges into
@@ -197,12 +173,10 @@ class ThreadStore(Store):
 
     syncs_on_apply = True
 
-    def __init__(self, shared, normalizer=None, on_episode=None, adv_normalizer=None,
-                 entropy_ctl=None):
+    def __init__(self, shared, normalizer=None, on_episode=None, adv_normalizer=None):
         self.shared = shared
         self.normalizer = normalizer
         self.adv_normalizer = adv_normalizer
-        self.entropy_ctl = entropy_ctl
         self.on_episode = on_episode
         self.consecutive_skips = 0
         self._lock = threading.Lock()
@@ -238,9 +212,6 @@ class ThreadStore(Store):
 
     def advantage_scale(self, advantages):
         return self.adv_normalizer.update(advantages)
-
-    def entropy_beta(self, entropy_sum=0.0, n=0):
-        return self.entropy_ctl.update(entropy_sum, n)
 
     def target_stats(self):
         out = []
@@ -309,7 +280,7 @@ class Worker:
         self.raw_rewards = np.zeros(T, np.float64)
         self._clip_buf = np.zeros(T, np.float64)       # raw rewards clipped to reward_clip
         self.values = np.zeros(T, np.float32)
-        self.pg_weights = np.ones(T, np.float32)   # policy_epsilon's w per step
+        self.pg_weights = np.ones(T, np.float32)   # per-step policy-gradient weights (all 1)
         # the update's targets (core.targets.rollout_targets): segments
         # (end, bootstrap value, episode ended), float64 scratch, float32 results
         self._seg_end = np.zeros(T, np.int64)
@@ -335,10 +306,8 @@ class Worker:
             self._stats = None
         #: each agent step in one compiled call (preprocess, recorded step,
         #: sampling: Network.actor), or None (that network or pipeline has none)
-        self.actor = (net.actor(pipeline, self.actions, self.values, self.pg_weights,
-                                settings.policy_epsilon)
+        self.actor = (net.actor(pipeline, self.actions, self.values, self.pg_weights, 0.0)
                       if fused_act and hasattr(net, "actor") else None)
-        self._beta = None      # the entropy floor's coefficient for the next update
         # the rollouts' uniforms, drawn UNIFORM_BLOCK rollouts at a time: the
         # same stream as one rng.random(t_max) per rollout, one call instead of many
         self._u_buf = np.empty(0)
@@ -465,7 +434,7 @@ class Worker:
         if not self._fresh:
             self.store.pull(self.net.params)
         self._fresh = False
-        across = self.s.cross_episode or self.s.min_steps > 1 or self.merging
+        across = self.s.min_steps > 1 or self.merging
         T = self.s.t_max
         # the steps record their activations (fixed local params during the
         # rollout), so the update runs only the backward pass
@@ -526,8 +495,6 @@ class Worker:
         self._seg_acc[j] = self._ret_acc
         term = trunc = False
         n = s.t_max
-        eps = s.policy_epsilon
-        pg_w = self.pg_weights
         if act is not None:
             # one compiled call per step: the previous step's frame goes in raw
             # (preprocessed into obs_buf[t] there), the action comes out; a
@@ -547,10 +514,7 @@ class Worker:
         else:
             for t in range(s.t_max):
                 probs, v, state = net.step(obs_buf[t], state, record=True)
-                if eps:
-                    a, pg_w[off + t] = sample_mixed(probs, eps, u[t])
-                else:
-                    a = sample_categorical(probs, u[t])
+                a = sample_categorical(probs, u[t])
                 obs, r, term, trunc = env.step(a)
                 actions[off + t] = a
                 raw[off + t] = r
@@ -597,9 +561,7 @@ class Worker:
         s, net, env, pipe = self.s, self.net, self.env, self.pipe
         obs_buf, actions, raw, values = self.obs_buf, self.actions, self.raw_rewards, self.values
         T = s.t_max
-        if s.cross_episode:
-            k_min = T
-        elif s.min_steps > 1:
+        if s.min_steps > 1:
             k_min = min(s.min_steps, T)
         else:          # merge_below's switch is on
             k_min = max(T // 2, 1)
@@ -609,8 +571,6 @@ class Worker:
         start = 0
         n = T
         term = trunc = False
-        eps = s.policy_epsilon
-        pg_w = self.pg_weights
         frame, self._frame = self._frame, None   # (fused act) the frame obs_buf[t] waits for
         given = state           # (fused act) the state a step starts from, None: the last row's
         rows = self._obs_rows
@@ -620,10 +580,7 @@ class Worker:
                 given = None
             else:
                 probs, v, state = net.step(obs_buf[t], state, record=True)
-                if eps:
-                    a, pg_w[off + t] = sample_mixed(probs, eps, u[t])
-                else:
-                    a = sample_categorical(probs, u[t])
+                a = sample_categorical(probs, u[t])
                 actions[off + t] = a
                 values[off + t] = v
             obs, r, term, trunc = env.step(a)
@@ -714,9 +671,7 @@ class Worker:
         first ``n`` steps in ``n_seg`` segments (``_seg_end``/``_seg_boot``/
         ``_seg_ended``, the running returns they start from in ``_seg_acc``):
         rewards clipped and scaled (into :attr:`rewards`; the normalizer
-        merged), GAE per segment, advantages normalized and weighted by
-        ``pg_weights`` (the gradient of -A log q(a), q the mixture the steps
-        were sampled from).  Afterwards ``_seg_acc[k]`` holds the running
+        merged), GAE per segment, advantages normalized.  Afterwards ``_seg_acc[k]`` holds the running
         return after segment k (with normalized rewards) and ``_seg_raw[k]``
         the sum of its raw rewards in time order.  One compiled call
         (core.targets) or, without the store's arrays, the separate calls;
@@ -732,7 +687,7 @@ class Worker:
                 self._seg_raw, n_seg, float(s.reward_clip), fixed, float(s.gamma),
                 float(s.norm_clip), rn_st, rn_prm, self.values, float(s.gae_lambda),
                 an_st if s.normalize_advantages else _NO_STATS, an_prm, self.pg_weights,
-                bool(s.policy_epsilon), self._clip_buf, self._rets_buf, self._adv64_buf,
+                False, self._clip_buf, self._rets_buf, self._adv64_buf,
                 self.rewards, self._ret, self._adv)
         if status == BAD_RETURNS:
             raise ValueError("ReturnNormalizer.update: returns contain NaN or inf")
@@ -762,8 +717,6 @@ class Worker:
                                          s.gamma, s.gae_lambda)
         if s.normalize_advantages:
             adv = adv * np.float32(self.store.advantage_scale(adv))
-        if s.policy_epsilon:
-            adv = adv * self.pg_weights[:n]
         return ret, adv
 
     def _apply_update(self, n, ret, adv):
@@ -771,13 +724,8 @@ class Worker:
         # backward only over the rows the rollout's steps recorded; the same
         # gradient as loss_and_grad(obs_buf[:n], actions[:n], ret, adv, <rollout's first
         # LSTM state>), up to summation order (tests/test_nn_rollout_grad.py)
-        beta = s.entropy_beta
-        if s.entropy_target > 0:
-            if self._beta is None:
-                self._beta = self.store.entropy_beta()
-            beta = self._beta
         loss = self.net.rollout_grad(self.actions[:n], ret, adv, value_coef=s.value_coef,
-                                     entropy_beta=beta, uniform_kl=s.uniform_kl)
+                                     entropy_beta=s.entropy_beta)
         if self._fused_sync:
             norm, applied = self.store.apply(self.net.grads, s.max_grad_norm, self.offset,
                                              local=self.net.params)
@@ -788,8 +736,6 @@ class Worker:
             st.policy_loss += loss["policy_loss"] / n
             st.value_loss += loss["value_loss"] / n
             st.entropy += loss["entropy"] / n
-            if s.entropy_target > 0:
-                self._beta = self.store.entropy_beta(loss["entropy"], n)
             st.grad_norm += norm
             st.updates += 1
         else:
@@ -803,197 +749,3 @@ class Worker:
             if total_steps and store.steps >= total_steps:
                 break
             self.rollout()
-
-
-#: seconds the step's warm-up may take before warm_up_network starts its
-#: helper process (a cache load takes well under this; a compile far more)
-HELPER_DELAY_S = 1.5
-
-
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def helper_allowed() -> bool:
-    """Whether a compile helper process may be started: at least 2 usable
-    CPUs, a Python interpreter to start (not a frozen app), and no
-    ``A3C_COMPILE_HELPER=0`` in the environment."""
-    if os.environ.get("A3C_COMPILE_HELPER", "1").strip().lower() in ("0", "false", "no", "off"):
-        return False
-    if getattr(sys, "frozen", False) or not sys.executable:
-        return False
-    return _usable_cpus() >= 2
-
-
-def warm_up_network(net, cross_episode=False, parallel=None, mixed=False):
-    """Run a worker's kernels once on ``net`` (compiling or loading them):
-    steps recorded and not (the bootstrap), the sampler, the update's
-    targets and the backward-only update; never ``loss_and_grad``'s batched forward, which a
-    worker does not call.  ``cross_episode``: also a rollout with a reset.
-    ``mixed``: also the epsilon-mixture sampler (``policy_epsilon`` > 0).
-
-    ``parallel`` (default: :func:`helper_allowed`): when the step
-    has not loaded within :data:`HELPER_DELAY_S` (a first run: it is being
-    compiled), a helper process compiles the update's kernels into the
-    on-disk cache meanwhile (:func:`_helper_main`), on the other core; this
-    process then loads them instead of compiling them after the step (the
-    reset variant of ``cross_episode`` is still compiled here).  Numba
-    compiles under a process-wide lock, so this is the only way the two
-    halves overlap.  The helper is a child that exits when this process
-    does; if it fails or cannot write the cache, the kernels are compiled
-    here as before."""
-    from a3c_core.sampling import sample_categorical, sample_mixed
-
-    if hasattr(net, "single_step_kernel"):
-        net.single_step_kernel = True
-    if parallel is None:
-        parallel = helper_allowed()
-    helper = _Helper(net.spec) if parallel else None
-    try:
-        if helper is not None:
-            helper.arm()
-        obs = np.zeros((3,) + tuple(net.obs_shape), net.dtype)
-        probs, _, _ = net.step(obs[0], net.initial_state())
-        safe_point()
-        sample_categorical(probs, 0.5)
-        if mixed:
-            sample_mixed(probs, 0.03, 0.5)
-        # the update's targets (core.targets): here, while a helper may still be
-        # compiling the backward's kernels
-        warm_up_targets()
-        if helper is not None:
-            helper.wait()
-        zeros = np.zeros(3, np.float32)
-        # a worker records its steps through the network's Actor where it has one
-        acts = np.zeros(3, np.int64)
-        act = net.actor(None, acts, zeros.copy()) if hasattr(net, "actor") else None
-        resets = (False, True) if cross_episode and net.recurrent else (False,)
-        for reset in resets:
-            net.begin_rollout(3)
-            s = net.initial_state()
-            for t in range(3):
-                if reset and t == 2:
-                    s = net.initial_state()
-                if act is not None:
-                    act(t, obs[t], 0.5, None, s if t == 0 or (reset and t == 2) else None)
-                else:
-                    _, _, s = net.step(obs[t], s, record=True)
-            net.rollout_grad(acts, zeros, zeros)
-            safe_point()
-    finally:
-        if helper is not None:
-            helper.stop()
-
-
-_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-#: a helper's code runs first: it imports this process's a3c_core package
-#: by its location, not one that the helper's path would find first (``-c``
-#: puts the working directory first; the Numba cache is keyed by source
-#: path, so another tree's kernels would be compiled for nothing)
-_HELPER_IMPORTS = (
-    "import importlib.util as _u, sys as _s\n"
-    f"_p = _u.spec_from_file_location('a3c_core', {os.path.join(_PKG_DIR, '__init__.py')!r}, "
-    f"submodule_search_locations=[{_PKG_DIR!r}])\n"
-    "_m = _s.modules['a3c_core'] = _u.module_from_spec(_p)\n"
-    "_p.loader.exec_module(_m)\n")
-
-
-class _Helper:
-    """A compile helper process (see :func:`warm_up_network`), started at
-    most once: :meth:`arm` starts it after ``delay`` seconds (default
-    :data:`HELPER_DELAY_S`) unless :meth:`wait` or :meth:`stop` comes
-    first, so a warm cache, which loads within the delay, never starts one.
-    ``job`` (JSON-able) reaches the ``entry`` code as ``_watch_parent()["job"]``."""
-
-    #: seconds to wait for the helper before compiling here anyway
-    timeout = 120.0
-
-    def __init__(self, job, entry="from a3c_core.train.worker import _helper_main; "
-                                  "_helper_main()", delay=None):
-        self.arg = json.dumps({"job": job, "parent": os.getpid()})
-        self.entry = entry
-        self.delay = delay
-        self.proc = None
-        self._timer = None
-        self._lock = threading.Lock()
-        self._stopped = False
-
-    def arm(self):
-        delay = HELPER_DELAY_S if self.delay is None else self.delay
-        self._timer = threading.Timer(delay, self.start)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def start(self):
-        with self._lock:
-            if self._stopped or self.proc is not None:
-                return
-            try:
-                self.proc = subprocess.Popen(
-                    [sys.executable, "-c", _HELPER_IMPORTS + self.entry, self.arg],
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL, close_fds=True)
-            except OSError:
-                self.proc = None
-
-    def _disarm(self):
-        if self._timer is not None:
-            self._timer.cancel()
-
-    def wait(self):
-        """Cancel a start still pending; wait for a started helper (at most
-        :attr:`timeout`)."""
-        self._disarm()
-        with self._lock:
-            self._stopped = True        # a timer that already fired starts nothing now
-            proc = self.proc
-        if proc is not None:
-            deadline = time.monotonic() + self.timeout
-            while time.monotonic() < deadline:
-                safe_point()            # a deferred Ctrl-C stops the wait
-                try:
-                    proc.wait(0.1)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-
-    def stop(self):
-        self._disarm()
-        with self._lock:
-            self._stopped = True
-            proc = self.proc
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
-def _watch_parent():
-    """In a helper process: read its argument (``argv[1]``, JSON) and start a
-    thread that exits the process as soon as the parent named there is gone."""
-    arg = json.loads(sys.argv[1])
-    parent = int(arg["parent"])     # not getppid() now: the parent may be gone already
-
-    def watchdog():
-        while os.getppid() == parent:
-            time.sleep(0.2)
-        os._exit(0)
-
-    threading.Thread(target=watchdog, daemon=True).start()
-    return arg
-
-
-def _helper_main():
-    """Entry of the helper process: compile (into the cache) the kernels of
-    the backward-only update for ``argv[1]``'s network, over zero rows
-    marked recorded (neither the step kernel, which the parent is compiling,
-    nor the batched forward, which a worker never runs).  Exits when its
-    parent is gone."""
-    from a3c_core.nn.network import network_from_spec
-
-    net = network_from_spec(_watch_parent()["job"])
-    zeros = np.zeros(3, np.float32)
-    net._zero_recording(3)      # zero rows: no batched-forward kernels to compile
-    net.rollout_grad(np.zeros(3, np.int64), zeros, zeros)

@@ -1,0 +1,179 @@
+"""Where a run's workers run: the backend object a :class:`~a3c_core.train.trainer.Trainer`
+is given.
+
+The trainer owns the run (its parts, envs, monitor, logs and checkpoints) and
+calls its backend at fixed points: :meth:`Backend.start` the workers, ask
+whether they are :meth:`~Backend.running`, :meth:`~Backend.stop` them, and
+read their counters.  :class:`ThreadBackend` runs them as threads of this
+process (Hogwild on the shared arrays); :class:`~a3c_core.train.procs.ProcessBackend`
+as forked processes on shared memory; :class:`~a3c_core.distributed.driver.RayBackend`
+in Ray node actors.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+
+import numpy as np
+
+from a3c_core.train.worker import LossStats
+
+__all__ = ["Backend", "ThreadBackend", "TrainingError"]
+
+
+class TrainingError(RuntimeError):
+    """A worker failed (or the run diverged); ``worker_tracebacks`` holds what was raised."""
+
+    def __init__(self, msg, worker_tracebacks=()):
+        super().__init__(msg)
+        self.worker_tracebacks = list(worker_tracebacks)
+
+
+def join_all(threads):
+    """Join ``threads``; a second Ctrl-C meanwhile keeps waiting (data first)."""
+    for th in threads:
+        while th.is_alive():
+            try:
+                th.join(0.5)
+            except KeyboardInterrupt:
+                pass
+
+
+class Backend:
+    """The hooks a trainer calls; :meth:`bind` gives the backend its trainer."""
+
+    #: the run line's name of the backend
+    name = "workers"
+    #: the trainer's optimizer is the one the workers apply to (its moments are
+    #: live and logged as ``optim/*``); a Ray driver's copy is only refreshed at
+    #: checkpoints
+    live_optimizer = True
+    #: seconds between the trainer's monitor ticks
+    tick_seconds = 0.2
+
+    def __init__(self, why: str = ""):
+        self.why = why          #: why this backend was chosen (the run line)
+        self.trainer = None
+        self.workers = []
+
+    def bind(self, trainer) -> None:
+        self.trainer = trainer
+        self.workers = [None] * trainer.n_workers
+
+    def describe(self) -> str:
+        """``"2 worker threads (2 workers < 8: threads start faster)"``."""
+        n = self.trainer.n_workers if self.trainer is not None else 0
+        return f"{n} {self.name}" + (f" ({self.why})" if self.why else "")
+
+    # -- life cycle ---------------------------------------------------------
+    def prepare(self) -> None:
+        """The run is built (env 0 started): set up what the backend needs."""
+
+    def written(self) -> None:
+        """The run directory and its config.toml exist."""
+
+    def start(self):
+        """Start the workers and the trainer's clock; returns what :meth:`running` takes."""
+        raise NotImplementedError
+
+    def running(self, handles) -> bool:
+        raise NotImplementedError
+
+    def stop(self, handles) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what :meth:`start` made (before the trainer closes its envs)."""
+
+    def closed(self) -> None:
+        """After the trainer closed its logger and envs."""
+
+    # -- the monitor's hooks -----------------------------------------------------
+    def before_tick(self) -> None:
+        """At every monitor tick, before the stop conditions are checked."""
+
+    def after_log(self, steps, dt) -> None:
+        """After each scalar log (every ``log_interval``)."""
+
+    def guard(self, fn, *args):
+        """Run a checkpoint write from the monitor (a backend may trap its errors)."""
+        return fn(*args)
+
+    def before_save(self, which) -> None:
+        """Bring the trainer's copy of the global state up to date for a checkpoint."""
+
+    def extend_result(self, result) -> None:
+        """Add backend-specific fields to the result before ``summary.json``."""
+
+    def failure(self, path) -> TrainingError:
+        """The run's error: one line naming what failed and why; worker tracebacks
+        go to ``RUN_DIR/errors.log`` (the line says so)."""
+        t = self.trainer
+        who, text = t.errors[0]
+        last = text.strip().splitlines()[-1] if text.strip() else "unknown error"
+        if isinstance(who, int):
+            log = t.write_error_log()
+            what = f"worker {who} failed: {last} (traceback in {log})"
+        else:
+            what = f"{who}: {last}"
+        return TrainingError(f"{what}; last checkpoint: {path or 'none written'}", t.errors)
+
+    def episode_stamp(self) -> tuple:
+        """``(global step, wall seconds)`` of the episode being recorded."""
+        t = self.trainer
+        return int(t.shared.steps), t.elapsed()
+
+    # -- counters ---------------------------------------------------------------
+    def live_steps(self) -> int:
+        return int(self.trainer.shared.steps)
+
+    def consecutive_skips(self) -> int:
+        return self.trainer.store.consecutive_skips
+
+    def worker_updates(self) -> list:
+        """Updates applied or skipped by each worker so far (0 for one not built yet)."""
+        return [0 if w is None else int(w.stats.updates + w.stats.skipped) for w in self.workers]
+
+    def merging_workers(self):
+        """How many workers' rollouts run on into the next episode (None: no worker yet)."""
+        ws = [w for w in self.workers if w is not None]
+        return sum(bool(getattr(w, "merging", False)) for w in ws) if ws else None
+
+    def loss_totals(self) -> np.ndarray:
+        """Sum of every worker's :class:`~a3c_core.train.worker.LossStats` (as a float array)."""
+        arrs = [w.stats.as_array() for w in self.workers if w is not None]
+        return np.sum(arrs, axis=0) if arrs else np.zeros(len(LossStats.FIELDS))
+
+
+class ThreadBackend(Backend):
+    """Workers as threads of this process, Hogwild on the trainer's shared arrays."""
+
+    name = "worker threads"
+
+    def start(self):
+        t = self.trainer
+        t.start_envs_beside()
+        t.warm_up()
+        threads = [threading.Thread(target=self._worker_main, args=(i,), daemon=True,
+                                    name=f"a3c-worker-{i}") for i in range(t.n_workers)]
+        t.t_start = time.perf_counter()
+        for th in threads:
+            th.start()
+        return threads
+
+    def _worker_main(self, wid):
+        t = self.trainer
+        try:
+            t.pin_worker(wid)
+            w = self.workers[wid] = t.make_worker(wid)
+            w.run(t.stop_event, t.cfg.total_steps)
+        except BaseException:  # noqa: BLE001 - surfaced by the main thread
+            t.errors.append((wid, traceback.format_exc()))
+            t.stop_event.set()
+
+    def running(self, threads) -> bool:
+        return any(th.is_alive() for th in threads)
+
+    def stop(self, threads) -> None:
+        join_all(threads or [])

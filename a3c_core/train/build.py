@@ -1,0 +1,233 @@
+"""One build step for every backend: from a config and its first env to the
+parts of a run.
+
+:func:`plan_run` decides (everything JSON- or pickle-able: the resolved
+settings, the network spec, the observation pipeline with its measured image
+normalization, the optimizer's arguments, the rollout settings);
+:func:`build_parts` makes the arrays from a plan (network parameters, the
+shared optimizer, the reward and advantage normalizers).  The trainer's
+threads and worker processes use the parts it builds; a Ray node gets the
+plan and calls :func:`build_parts` itself, so nothing is rebuilt by hand
+elsewhere.  :func:`worker_offset` is where each worker starts its sweep over
+the optimizer's arrays.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from a3c_core.checkpoint import CheckpointError, check_layout, layout_of
+from a3c_core.core import SharedState, make_optimizer
+from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer
+from a3c_core.nn.network import build_network
+from a3c_core.obs import ObsPipeline, estimate_image_norm
+from a3c_core.train.config import Config, ConfigError, Resolved, resolve
+from a3c_core.train.worker import RolloutSettings
+
+__all__ = ["RunPlan", "RunParts", "plan_run", "build_parts", "build_run", "worker_offset",
+           "new_network"]
+
+
+@dataclass
+class RunPlan:
+    """What a run is, decided once (picklable: a Ray node receives it)."""
+
+    cfg: Config
+    resolved: Resolved
+    spec_name: str
+    net_kwargs: dict
+    pipeline_spec: dict             #: ObsPipeline spec, with the measured "norm" where there is one
+    net_spec: dict
+    layout: dict
+    env_spec: dict                  #: the env's description, stored in checkpoints
+    n_actions: int
+    opt_kwargs: dict
+    settings: RolloutSettings
+    norm_seconds: float | None = None   #: how long measuring the image normalization took
+    notes: list = field(default_factory=list)   #: what the resume kept ("lr 1e-4 as trained")
+
+
+@dataclass
+class RunParts:
+    """The arrays of a run: shared parameters and optimizer, normalizers."""
+
+    plan: RunPlan
+    shared: SharedState
+    normalizer: ReturnNormalizer | None
+    adv_normalizer: AdvantageNormalizer | None
+
+    def normalizers(self) -> dict:
+        """The running statistics by checkpoint meta key (those the run has)."""
+        out = {"reward_normalizer": self.normalizer, "advantage_normalizer": self.adv_normalizer}
+        return {k: v for k, v in out.items() if v is not None}
+
+
+def _measure_image_norm(cfg: Config, env, pipe) -> dict:
+    """The mean frame and spread of ``cfg.obs_norm_frames`` frames of random
+    play in ``env`` (seeded from the run's seed; the workers reset it)."""
+    rng = np.random.default_rng((cfg.seed, 0x0B5))
+    n_act = int(env.n_actions)
+
+    def frames():
+        obs = env.reset()
+        for _ in range(cfg.obs_norm_frames):
+            yield pipe(obs)
+            obs, _, term, trunc = env.step(int(rng.integers(n_act)))
+            if term or trunc:
+                obs = env.reset()
+
+    return estimate_image_norm(frames())
+
+
+def _opt_kwargs(cfg: Config, r: Resolved, lr: float) -> dict:
+    anneal = dict(anneal_steps=r.anneal_steps, anneal_floor=cfg.lr_anneal_floor)
+    if cfg.optimizer == "rmsprop":
+        return dict(lr=lr, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps, **anneal)
+    if cfg.optimizer == "adam":
+        return dict(lr=lr, amsgrad=r.amsgrad, **anneal)
+    return dict(lr=lr)
+
+
+def _settings(cfg: Config, r: Resolved) -> RolloutSettings:
+    return RolloutSettings(
+        t_max=cfg.t_max, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda, value_coef=cfg.value_coef,
+        entropy_beta=cfg.entropy_beta, max_grad_norm=cfg.max_grad_norm,
+        reward_scale=cfg.reward_scale, reward_clip=r.reward_clip,
+        bootstrap_truncated=r.truncation_bootstrap,
+        normalize_advantages=r.normalize_advantages,
+        min_steps=r.min_rollout, merge_below=r.merge_below)
+
+
+def plan_run(cfg: Config, env, ckpt=None) -> RunPlan:
+    """Decide a run from ``cfg`` and its first ``env`` (and, resuming, the
+    checkpoint ``ckpt``, whose env, preprocessing and learning rate it keeps).
+    A new run with ``obs_norm`` measures the image normalization in ``env``."""
+    if ckpt is not None and ckpt.env_spec.get("id", env.env_id) != env.env_id:
+        raise CheckpointError(
+            f"checkpoint {ckpt.path} was trained on env {ckpt.env_spec.get('id')!r}, not "
+            f"{env.env_id!r}; resume with --env {ckpt.env_spec.get('id')} or start a new run")
+    r = resolve(cfg, env.obs_kind)
+    notes = []
+    pipeline_spec = dict(env.preprocess_spec)
+    image = pipeline_spec.get("kind") == "image"
+    if image and cfg.frame_size is not None:
+        pipeline_spec["out_shape"] = [cfg.frame_size, cfg.frame_size]
+    pipe = ObsPipeline(pipeline_spec, env.obs_shape)
+    norm_seconds = None
+    if image:
+        if ckpt is not None:    # a resumed run keeps the normalization it trained with
+            norm = (ckpt.preprocess_spec or {}).get("norm")
+            if norm is not None:
+                pipeline_spec["norm"] = norm
+            elif cfg.obs_norm:
+                notes.append("frames not normalized (the run trained without obs_norm)")
+        elif r.obs_norm:
+            t0 = time.perf_counter()
+            pipeline_spec["norm"] = _measure_image_norm(cfg, env, pipe)
+            norm_seconds = time.perf_counter() - t0
+        try:
+            pipe = ObsPipeline(pipeline_spec, env.obs_shape)
+        except ValueError as e:      # a checkpoint's malformed "norm"
+            raise CheckpointError(f"checkpoint {getattr(ckpt, 'path', '?')} has an unusable "
+                                  f"preprocess spec: {e}") from None
+    net_kwargs = cfg.net_kwargs(r.spec)
+    try:
+        net = build_network(r.spec, pipe.net_obs_shape, env.n_actions, seed=cfg.seed,
+                            **net_kwargs)
+    except ValueError as e:
+        name = "frame_size" if image else "spec"
+        raise ConfigError(f"config field '{name}' = {getattr(cfg, name)!r}: {e}") from None
+    if ckpt is not None:
+        check_layout(ckpt, net)
+    # a resumed run keeps the learning rate it trained with unless the config
+    # names one (lr 0 = the default, which a newer version may have changed)
+    lr = r.lr
+    if ckpt is not None and cfg.lr == 0 and ckpt.meta.get("optimizer") == cfg.optimizer:
+        saved = (ckpt.meta.get("optimizer_scalars") or {}).get("lr")
+        if isinstance(saved, (int, float)) and 0.0 < saved <= 1.0:   # else corrupt: the default
+            lr = float(saved)
+            notes.append(f"lr {saved:g} as trained (--lr to change it)")
+    return RunPlan(
+        cfg=cfg, resolved=r, spec_name=r.spec, net_kwargs=net_kwargs,
+        pipeline_spec=pipeline_spec, net_spec=net.spec, layout=layout_of(net),
+        env_spec=dict(env.spec(), preprocess=dict(pipeline_spec)), n_actions=int(env.n_actions),
+        opt_kwargs=_opt_kwargs(cfg, r, lr), settings=_settings(cfg, r),
+        norm_seconds=norm_seconds, notes=notes)
+
+
+def new_network(plan: RunPlan):
+    """A fresh network of the plan's spec (a worker's local copy, a warm-up's)."""
+    ns = plan.net_spec
+    return build_network(plan.spec_name, tuple(ns["obs_shape"]), ns["n_actions"],
+                         seed=plan.cfg.seed, **plan.net_kwargs)
+
+
+def build_parts(plan: RunPlan, restore: dict | None = None) -> RunParts:
+    """The arrays of ``plan``'s run: initial parameters (seeded), the shared
+    optimizer, the normalizers.  ``restore``: ``{"optimizer": state,
+    "normalizers": {meta key: state}}`` to start from (a Ray node's copy)."""
+    cfg = plan.cfg
+    net = new_network(plan)
+    opt = make_optimizer(cfg.optimizer, net.n_params, **plan.opt_kwargs)
+    restore = restore or {}
+    if restore.get("optimizer") is not None:
+        opt.load_state_dict(restore["optimizer"])
+    parts = RunParts(
+        plan=plan, shared=SharedState(net.params, opt),
+        normalizer=None if cfg.reward_scale is not None else ReturnNormalizer(cfg.gamma),
+        adv_normalizer=(AdvantageNormalizer(horizon=cfg.advantage_horizon or None)
+                        if plan.resolved.normalize_advantages else None))
+    for key, norm in parts.normalizers().items():
+        state = (restore.get("normalizers") or {}).get(key)
+        if state is not None:
+            norm.load_state_dict(state)
+    return parts
+
+
+def restore_checkpoint(parts: RunParts, ckpt) -> None:
+    """Load ``ckpt``'s parameters, optimizer statistics, counters and
+    normalizers into ``parts`` (CheckpointError when they do not fit)."""
+    cfg = parts.plan.cfg
+    if ckpt.meta.get("optimizer") != cfg.optimizer:
+        raise CheckpointError(
+            f"checkpoint {ckpt.path} used optimizer {ckpt.meta.get('optimizer')!r}, "
+            f"the config asks for {cfg.optimizer!r}")
+    # statistics and step counts come from the checkpoint; hyperparameters
+    # (lr, alpha, eps, betas) from the config, so a resume may change them.
+    # So do the anneal's horizon and floor: with --lr-anneal-steps 0 the
+    # anneal runs over the config's total_steps, and a run resumed with a
+    # larger --total-steps anneals over the new budget
+    opt = parts.shared.optimizer
+    owned = set(getattr(opt, "_hyper", ())) | {"anneal_steps"}
+    opt_state = {k: v for k, v in ckpt.meta.get("optimizer_scalars", {}).items()
+                 if k not in owned}
+    opt_state.update(ckpt.opt_arrays)
+    counters = ckpt.meta.get("counters", {})
+    try:
+        parts.shared.load_state_dict({
+            "params": ckpt.params,
+            "optimizer": opt_state,
+            "counters": {k: counters.get(k, 0) for k in type(parts.shared)._COUNTERS},
+        })
+        for key, norm in parts.normalizers().items():
+            if ckpt.meta.get(key) is not None:
+                norm.load_state_dict(ckpt.meta[key])
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"checkpoint {ckpt.path} cannot be resumed: {e}") from None
+
+
+def build_run(cfg: Config, env, ckpt=None) -> RunParts:
+    """:func:`plan_run`, :func:`build_parts` and, resuming, the checkpoint's state."""
+    parts = build_parts(plan_run(cfg, env, ckpt))
+    if ckpt is not None:
+        restore_checkpoint(parts, ckpt)
+    return parts
+
+
+def worker_offset(wid: int, n_workers: int, n_params: int) -> int:
+    """Where worker ``wid`` starts its sweep over the optimizer's arrays
+    (staggered, so that the workers' applies touch different memory; see
+    :mod:`a3c_core.core.optim`), 16-element aligned."""
+    return (wid * n_params // n_workers) // 16 * 16

@@ -1,0 +1,113 @@
+"""Signals during a run: SIGINT and SIGTERM stop it cleanly, once.
+
+:class:`SignalsAsExceptions` turns the first SIGINT into KeyboardInterrupt
+and the first SIGTERM into :class:`StopSignal` in the main thread, at a point
+known to be safe (:mod:`a3c_core._safepoint`); later signals are noted and
+ignored, so a second Ctrl-C cannot tear the final checkpoint.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+
+from a3c_core._safepoint import safe_points
+
+#: exit status of a run stopped by a signal: 128 + signal number (shell convention)
+SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
+
+
+class StopSignal(KeyboardInterrupt):
+    """Raised in the main thread by SIGTERM (SIGINT raises KeyboardInterrupt)."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.name = name
+
+
+class SignalsAsExceptions:
+    """While a run is in progress (main thread only): SIGINT raises
+    KeyboardInterrupt and SIGTERM :class:`StopSignal`, once; both stop the
+    workers and write the final checkpoint.  Later signals are ignored with a
+    note, so a second Ctrl-C cannot tear the final checkpoint.  The previous
+    handlers are restored afterwards.
+
+    It starts *deferred* (``defer=True``): a signal is recorded and raised
+    later by :meth:`check`, at a point known to be safe (see
+    :mod:`a3c_core._safepoint`); :meth:`resume` ends that first deferral and
+    :meth:`deferred` opens another, around the kernel warm-up.  Outside a
+    deferral the handler raises at once; a raise that C code swallowed (a
+    ctypes callback prints it and goes on) is raised again by the next
+    :meth:`check`, which the monitor calls every tick."""
+
+    def __init__(self, defer=False):
+        self._defer = 1 if defer else 0
+        self._fired = None          # the first signal, once one came
+        self._delivered = False     # raised where the run caught it
+        self._installed = False
+
+    def __enter__(self):
+        self._old = {}
+        if threading.current_thread() is not threading.main_thread():
+            return self
+
+        def handler(signum, frame):
+            name = signal.Signals(signum).name
+            if self._fired is not None:
+                print(f"\n{name}: already stopping, "
+                      "writing the final checkpoint...", file=sys.stderr, flush=True)
+                return
+            self._fired = signum
+            if self._defer:
+                print(f"\n{name}: stopping once the kernel being compiled is done...",
+                      file=sys.stderr, flush=True)
+                return
+            raise self._exception()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, handler)
+        self._installed = True
+        return self
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._installed = False
+        return False
+
+    def _exception(self):
+        if self._fired == signal.SIGINT:
+            return KeyboardInterrupt()
+        return StopSignal(signal.Signals(self._fired).name)
+
+    def check(self):
+        """Raise the signal that came, unless the run has caught it already."""
+        if self._fired is not None and not self._delivered:
+            self._delivered = True
+            raise self._exception()
+
+    def caught(self):
+        """The run caught the signal's exception (raised here or by the handler)."""
+        self._delivered = True
+
+    def resume(self):
+        """End the deferral the object started with; raise what came meanwhile."""
+        self._defer = max(0, self._defer - 1)
+        self.check()
+
+    @contextlib.contextmanager
+    def deferred(self):
+        """Record signals inside the block; raise them at its safe points
+        (:func:`a3c_core._safepoint.safe_point`, the start of each Numba
+        compile) or at its end."""
+        if not self._installed:
+            yield
+            return
+        self._defer += 1
+        try:
+            with safe_points(self.check):
+                yield
+        finally:
+            self._defer -= 1
+        self.check()
