@@ -92,7 +92,6 @@ def test_atari_interface_and_ids():
         assert env.obs_shape == (210, 160) and env.obs_dtype == np.uint8
         assert env.obs_kind == "image" and env.frame_skip == 4 and env.n_actions == 6
         assert env.action_names[:2] == ["NOOP", "FIRE"]
-        assert env.default_network == "atari-lstm"
         assert env.preprocess_spec == {"kind": "image", "out_shape": [42, 42],
                                        "crop": list(ATARI_CROP)}
         assert env.repeat_action_probability == 0.25 and env.noop_max == 30

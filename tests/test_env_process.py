@@ -53,7 +53,7 @@ def test_proc_env_matches_in_process_env(cartpole_proc):
     actions = np.random.default_rng(1).integers(0, 2, size=200).tolist()
     with make_env("CartPole-v1", seed=3, env_process=False, max_episode_steps=40) as local:
         for key in ("env_id", "n_actions", "action_names", "obs_shape", "obs_dtype",
-                    "obs_kind", "frame_skip", "preprocess_spec", "default_network"):
+                    "obs_kind", "frame_skip", "preprocess_spec"):
             assert getattr(env, key) == getattr(local, key), key
         assert env.spec() == local.spec()
         json.dumps(env.spec())

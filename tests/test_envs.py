@@ -55,7 +55,7 @@ def test_doom_basic_interface(basic):
     assert basic.action_names == ["MOVE_LEFT", "MOVE_RIGHT", "ATTACK"]
     assert basic.frame_skip == 4
     assert basic.obs_shape == (120, 160) and basic.obs_dtype == np.uint8
-    assert basic.obs_kind == "image" and basic.default_network == "doom-lstm"
+    assert basic.obs_kind == "image"
     assert basic.preprocess_spec == {"kind": "image", "out_shape": [84, 84], "crop": None}
     obs = basic.reset()
     assert obs.shape == (120, 160) and obs.dtype == np.uint8 and obs.any()
@@ -197,7 +197,7 @@ def test_cartpole_vector_obs_and_seed():
         assert env.env_id == "gym:CartPole-v1"
         assert env.n_actions == 2 and len(env.action_names) == 2
         assert env.obs_kind == "vector" and env.obs_shape == (4,)
-        assert env.obs_dtype == np.float32 and env.default_network == "mlp-lstm"
+        assert env.obs_dtype == np.float32
         assert env.preprocess_spec == {"kind": "vector"}
         json.dumps(env.spec())
         obs = env.reset()

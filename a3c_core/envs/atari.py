@@ -45,7 +45,6 @@ DEFAULT_MAX_EPISODE_FRAMES = 108_000
 #: (top, bottom, left, right) margins cut before the resize (see module doc).
 ATARI_CROP = (34, 16, 0, 0)
 ATARI_PREPROCESS = {"kind": "image", "out_shape": [42, 42], "crop": list(ATARI_CROP)}
-ATARI_NETWORK = "atari-lstm"
 
 
 def import_ale():
@@ -209,7 +208,6 @@ class AtariEnv(Env):
         self.obs_kind = "image"
         self.preprocess_spec = {k: (list(v) if isinstance(v, list) else v)
                                 for k, v in ATARI_PREPROCESS.items()}
-        self.default_network = ATARI_NETWORK
         self._rng = np.random.default_rng(self.seed)
         # frame buffers: the step's second-to-last and last frame, and two outputs
         self._prev = np.zeros(self.obs_shape, np.uint8)

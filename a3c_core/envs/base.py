@@ -24,7 +24,6 @@ import signal
 
 IMAGE_PREPROCESS = {"kind": "image", "out_shape": [84, 84], "crop": None}
 VECTOR_PREPROCESS = {"kind": "vector"}
-NETWORK_FOR_KIND = {"image": "doom-lstm", "vector": "mlp-lstm"}
 
 
 class Env:
@@ -45,8 +44,6 @@ class Env:
     * ``preprocess_spec`` (dict, JSON-able): how the trainer turns a raw
       observation into network input: ``{"kind": "image", "out_shape": [84,
       84], "crop": None}`` or ``{"kind": "vector"}``;
-    * ``default_network`` (str): ``'doom-lstm'`` for images, ``'mlp-lstm'``
-      for vectors (``'atari-lstm'`` for Atari);
     * ``episode_over`` (bool): True when the *whole* episode (the real game)
       has ended. It differs from ``terminated`` only for envs that report a
       life loss as terminal (Atari ``terminal_on_life_loss=True``): there
@@ -63,7 +60,6 @@ class Env:
     obs_kind: str
     frame_skip: int
     preprocess_spec: dict
-    default_network: str
     render: bool = False
     episode_over: bool = True
 
@@ -122,7 +118,6 @@ class Env:
             "obs_dtype": str(self.obs_dtype),
             "obs_kind": self.obs_kind,
             "preprocess": dict(self.preprocess_spec),
-            "default_network": self.default_network,
         }
 
     def _raise_bad_action(self, action):

@@ -36,7 +36,7 @@ import weakref
 
 import numpy as np
 
-from .base import IMAGE_PREPROCESS, NETWORK_FOR_KIND, Env, check_frame_skip, sigint_blocked
+from .base import IMAGE_PREPROCESS, Env, check_frame_skip, sigint_blocked
 
 #: Serializes ``DoomGame.init()``/``close()`` across threads (not thread-safe).
 INIT_LOCK = threading.Lock()
@@ -303,7 +303,6 @@ class DoomEnv(Env):
         self.obs_dtype = np.dtype(np.uint8)
         self.obs_kind = "image"
         self.preprocess_spec = dict(IMAGE_PREPROCESS)
-        self.default_network = NETWORK_FOR_KIND["image"]
         self._zero_obs = np.zeros(self.obs_shape, dtype=np.uint8)
         self._zero_obs.flags.writeable = False
         self._rgb = np.zeros(self.obs_shape + (3,), dtype=np.uint8)

@@ -164,8 +164,8 @@ ATARI = EnvFamily(
     # clipped rewards make most normalized advantages value noise
     defaults=Defaults(frame_skip=_atari.DEFAULT_FRAME_SKIP, obs_norm=True, reward_clip=1.0,
                       normalize_advantages=False, env_process=True,
-                      network=_frozen({"image": _atari.ATARI_NETWORK}),
-                      tuning=_frozen({_atari.ATARI_NETWORK: Tuning(adam_lr=1e-4)})),
+                      network=_frozen({"image": "atari-lstm"}),
+                      tuning=_frozen({"atari-lstm": Tuning(adam_lr=1e-4)})),
     options=("noop_max", "terminal_on_life_loss", "repeat_action_probability"),
 )
 

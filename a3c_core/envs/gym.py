@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import (IMAGE_PREPROCESS, NETWORK_FOR_KIND, VECTOR_PREPROCESS, Env,
+from .base import (IMAGE_PREPROCESS, VECTOR_PREPROCESS, Env,
                    check_frame_skip)
 
 GYM_EXTRA = "pip install 'a3c_core[gym]'"
@@ -171,7 +171,6 @@ class GymEnv(Env):
             )
         self.obs_kind, self.obs_shape, self.obs_dtype = kind, shape, dtype
         self.preprocess_spec = dict(IMAGE_PREPROCESS if kind == "image" else VECTOR_PREPROCESS)
-        self.default_network = NETWORK_FOR_KIND[kind]
 
     def _convert(self, obs):
         if self._one_hot is not None:

@@ -426,7 +426,7 @@ def _child_serve(sock, env):
              if mm is not None else np.zeros(shape, dtype) for s in range(2)]
     attrs = {k: getattr(env, k) for k in (
         "env_id", "n_actions", "action_names", "obs_shape", "obs_dtype", "obs_kind",
-        "frame_skip", "preprocess_spec", "default_network", "render")}
+        "frame_skip", "preprocess_spec", "render")}
     attrs["obs_dtype"] = np.dtype(attrs["obs_dtype"])
     for k in ("seed", "cfg_path", "noop_max", "terminal_on_life_loss",
               "repeat_action_probability", "game"):
