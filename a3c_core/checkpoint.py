@@ -128,6 +128,8 @@ class Checkpoint:
         self.params = params
         self.opt_arrays = opt_arrays
         self.meta = meta
+        #: ``"path: why"`` of the checkpoints find_resume_checkpoint refused before this one
+        self.skipped = []
 
     @property
     def network_spec(self) -> dict:
@@ -255,7 +257,9 @@ def find_resume_checkpoint(run_dir) -> Checkpoint:
         raise CheckpointError(f"run directory {run_dir} has no usable checkpoint; tried:\n  "
                               + "\n  ".join(tried))
     # max() keeps the first of equal keys: latest wins a tie
-    return max(found, key=lambda c: -1 if c.steps is None else c.steps)
+    chosen = max(found, key=lambda c: -1 if c.steps is None else c.steps)
+    chosen.skipped = [t for t in tried if not t.endswith(": missing")]
+    return chosen
 
 
 def check_layout(ckpt: Checkpoint, net) -> None:

@@ -176,7 +176,7 @@ def test_find_resume_checkpoint_newest_valid(tmp_path):
     # killed before the first latest.npz: best.npz alone is used
     best = _save_at(run, "best", 400, net)
     ck = find_resume_checkpoint(run)
-    assert ck.path == best and ck.steps == 400
+    assert ck.path == best and ck.steps == 400 and ck.skipped == []   # a missing one is no news
     # the newer of the two by counters.steps
     latest = _save_at(run, "latest", 1000, net)
     assert find_resume_checkpoint(run).path == latest
@@ -187,7 +187,10 @@ def test_find_resume_checkpoint_newest_valid(tmp_path):
     # a corrupt latest is skipped
     with open(latest, "r+b") as fh:
         fh.truncate(100)
-    assert find_resume_checkpoint(run).path == best
+    ck = find_resume_checkpoint(run)
+    assert ck.path == best
+    # ... and the checkpoint chosen says why (the resume line prints it)
+    assert len(ck.skipped) == 1 and ck.skipped[0].startswith(latest) and "truncated" in ck.skipped[0]
     with open(best, "wb") as fh:
         fh.write(b"garbage")
     with pytest.raises(CheckpointError, match="(?s)latest.npz: .*truncated.*best.npz: .*not an .npz"):

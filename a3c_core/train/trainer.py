@@ -194,6 +194,8 @@ class Trainer:
                 raise CheckpointError(f"--resume: run directory not found: {resume}")
             ckpt = ck.find_resume_checkpoint(resume)  # validates before anything is written
             self.resume_note = f"resuming from {ckpt.path} (step {ckpt.meta.get('counters', {}).get('steps', 0):,})"
+            for why in ckpt.skipped:    # e.g. a corrupt latest.npz: say why it was passed over
+                self.resume_note += f"; skipped {why}"
             self.run_dir = resume
         self.n_workers = cfg.n_workers()
         self.resumes = int(ckpt.meta.get("counters", {}).get("resumes", -1)) + 1 if ckpt else 0
