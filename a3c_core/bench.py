@@ -114,8 +114,8 @@ from a3c_core.nn.network import build_network
 from a3c_core.obs import ObsPipeline
 from a3c_core.timing import blas_kernel_note, blas_note, hugepage_info, time_call  # noqa: F401
 from a3c_core.timing import cpu_info as _cpuinfo
-from a3c_core.train.config import Config
-from a3c_core.train.trainer import make_trainer
+from a3c_core.train.config import Config, resolve
+from a3c_core.train.trainer import Trainer
 
 # ---------------------------------------------------------------------------
 # FLOP counting
@@ -348,7 +348,7 @@ def bench_step_packing(net, obs1, repeat, min_time) -> list[Row]:
     network passed before) against the packed form it passes now (11: two
     flat buffers and an int table), interleaved: the difference is Numba's
     per-argument dispatch cost, paid with the GIL held."""
-    st, pk = net._step_static, net._step_packed
+    st, pk = net.fused_static, net.fused_packed
     h, c = net.initial_state() if net.recurrent else (np.zeros(1, net.dtype),) * 2
     out = [np.empty_like(h), np.empty_like(c), np.empty(net.n_actions, net.dtype)]
     obs = np.ascontiguousarray(obs1, net.dtype)
@@ -554,7 +554,7 @@ class _TrainerRun:
                      seed=seed, envs_per_worker=int(envs_per_worker), run_dir=os.path.join(self.tmp.name, "run"), quiet=True,
                      tensorboard=False, checkpoint_interval=0.0, log_interval=1.0,
                      worker_processes=bool(processes))
-        self.trainer = make_trainer(cfg, out=io.StringIO())
+        self.trainer = Trainer(cfg, out=io.StringIO())
         self.n_envs = int(workers) * int(envs_per_worker)
         self.ramp_s = 0.0
         es = self.trainer.env_spec if isinstance(self.trainer.env_spec, dict) else {}
@@ -978,7 +978,7 @@ def doom_adapter_overhead_us(scenario="basic", n_steps=3000, repeats=5, seed=0,
     rng = np.random.default_rng(seed)
     with DoomEnv(scenario, seed=seed, runtime_dir=runtime_dir) as env:
         actions = rng.integers(0, env.n_actions, size=n_steps).tolist()
-        game, onehots, skip = env._game, env._actions, env.frame_skip
+        game, onehots, skip = env.engine, env._actions, env.frame_skip
 
         def bare():
             game.new_episode()
@@ -1027,7 +1027,8 @@ def _bench_micro(args, env, env_err, runtime, repeat, min_time, peak, quick, add
         pipe_spec = dict(env.preprocess_spec)
         pipe = ObsPipeline(pipe_spec, env.obs_shape)
         obs_shape, n_actions = pipe.net_obs_shape, env.n_actions
-        spec = args.spec if args.spec != "auto" else env.default_network
+        spec = args.spec if args.spec != "auto" else resolve(Config(env=args.env),
+                                                             env.obs_kind).spec
         raw_image = pipe_spec.get("kind") == "image"
         raw_shape = tuple(env.obs_shape)
     else:
@@ -1044,7 +1045,7 @@ def _bench_micro(args, env, env_err, runtime, repeat, min_time, peak, quick, add
         add(bench_preprocess((120, 160), (84, 84), repeat, min_time))
     if env is not None and not args.skip_env:
         add(bench_env(env, repeat, min_time))
-        if args.env.startswith("doom:"):
+        if getattr(env, "engine", None) is not None:     # an adapter over a bare engine
             add(bench_doom_overhead(args.env.split(":", 1)[1], 300 if quick else 1000, repeat,
                                     runtime))
     return spec, obs_shape, n_actions, fl

@@ -66,6 +66,17 @@ class ObsPipeline:
         else:
             raise ValueError(f"unknown preprocess kind {self.kind!r} (expected 'image' or 'vector')")
 
+    def c_entry(self):
+        """``(function address, context)`` of the compiled preprocessing, for a
+        compiled caller that preprocesses frames itself (the worker's fused
+        act kernel, :meth:`a3c_core.nn.network.Network.actor`): the
+        preprocessor's C entry point, which applies exactly what
+        :meth:`__call__` does to a uint8 frame of ``raw_shape``.  None for a
+        pipeline without one (vector observations)."""
+        if self._prep is None:
+            return None
+        return self._prep.c_entry()
+
     def check(self, raw) -> np.ndarray:
         """``raw`` as an ndarray of ``raw_shape`` and a usable dtype, or :class:`ObservationError`."""
         if not isinstance(raw, np.ndarray):

@@ -336,14 +336,14 @@ def test_doom_step_rec_matches_doom_step_plus_numpy_copies(spec, dtype):
     net = build_network(spec, (1, 30, 26), 3, dtype=dtype, seed=2)
     assert net.fused_step
     obs, _, _, _, state = _rollout(net, 2)
-    st = net._step_static
+    st = net.fused_static
     y1, y2, feat, gates1 = st[7], st[12], st[15], st[22]
     h, c = state if state is not None else (np.zeros(1, dtype), np.zeros(1, dtype))
     out = [np.empty_like(h), np.empty_like(c), np.empty(3, dtype)]
     v_ref = K.doom_step(obs[1], h, c, *out, *st)
     ref = [a.copy() for a in out] + [y1.copy(), y2.copy(), feat.copy(), gates1.copy()]
     net.begin_rollout(4)
-    rec = net._rec_static
+    rec = net.fused_rows
     got = [np.empty_like(h), np.empty_like(c), np.empty(3, dtype)]
     v = K.doom_step_rec(1, obs[1], h, c, *got, *st, *rec)
     assert v == v_ref
@@ -449,31 +449,31 @@ def test_packed_doom_step_equals_doom_step(spec, dtype):
     from a3c_core.nn import kernels as K
     net = build_network(spec, (1, 30, 26), 3, dtype=dtype, seed=4)
     obs, _, _, _, state = _rollout(net, 3)
-    st = net._step_static
+    st = net.fused_static
     h, c = state if state is not None else (np.zeros(1, dtype), np.zeros(1, dtype))
     ref = [np.empty_like(h), np.empty_like(c), np.empty(3, dtype)]
     got = [np.empty_like(h), np.empty_like(c), np.empty(3, dtype)]
     n_out = 3 if net.recurrent else 1       # h', c' are written by LSTM nets only
     for t in range(3):
         v_ref = K.doom_step(obs[t], h, c, *ref, *st)
-        v = K.doom_step_packed(obs[t], h, c, *got, *net._step_packed)
+        v = K.doom_step_packed(obs[t], h, c, *got, *net.fused_packed)
         assert v == v_ref
         for a, b in zip(got[-n_out:], ref[-n_out:]):
             np.testing.assert_array_equal(a, b)
     # the recording form: the same rows as the unpacked recording kernel
     net.begin_rollout(3)
-    rows_a = [r.copy() for r in net._rec_static]
-    K.doom_step_rec(2, obs[2], h, c, *ref, *st, *net._rec_static)
-    rows_ref = [r.copy() for r in net._rec_static]
-    for r, r0 in zip(net._rec_static, rows_a):
+    rows_a = [r.copy() for r in net.fused_rows]
+    K.doom_step_rec(2, obs[2], h, c, *ref, *st, *net.fused_rows)
+    rows_ref = [r.copy() for r in net.fused_rows]
+    for r, r0 in zip(net.fused_rows, rows_a):
         r[...] = r0
-    v = K.doom_step_rec_packed(2, obs[2], h, c, *got, *net._step_packed, *net._rec_static)
-    for r, r0 in zip(net._rec_static, rows_ref):
+    v = K.doom_step_rec_packed(2, obs[2], h, c, *got, *net.fused_packed, *net.fused_rows)
+    for r, r0 in zip(net.fused_rows, rows_ref):
         np.testing.assert_array_equal(r, r0)
     for a, b in zip(got[-n_out:], ref[-n_out:]):
         np.testing.assert_array_equal(a, b)
     # the packed params are the network's own buffer: an update is seen at once
-    assert net._step_packed[0] is net.params
+    assert net.fused_packed[0] is net.params
 
 
 def test_reset_flags_do_not_leak_into_the_next_recording():

@@ -12,16 +12,9 @@
 * :mod:`a3c_core.nn.torch_twin` - optional PyTorch twin of any network
   (torch imported lazily, never a dependency).
 """
+from .gradcheck import gradcheck
 from .layout import ParamLayout
 from .network import SPECS, Network, build_network, network_from_spec
-
-
-def __getattr__(name):
-    if name == "gradcheck":
-        from .gradcheck import gradcheck
-        return gradcheck
-    raise AttributeError(f"module 'a3c_core.nn' has no attribute {name!r}")
-
 
 __all__ = ["ParamLayout", "SPECS", "Network", "build_network", "network_from_spec",
            "gradcheck"]

@@ -34,7 +34,6 @@ import numpy as np
 from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
-from threadpoolctl import threadpool_info
 
 from a3c_core._jit import kernel
 
@@ -148,6 +147,12 @@ _SEARCHED = False
 
 def _numpy_blas_paths():
     """Shared libraries numpy loaded for BLAS (threadpoolctl's view), numpy's own first."""
+    try:
+        # lazy and optional: a deployed Policy needs numpy and numba only
+        # (tests/test_policy.py); without threadpoolctl the numpy backward runs
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return []
     np_dir = os.path.dirname(os.path.dirname(np.__file__))
     paths = [d["filepath"] for d in threadpool_info() if d.get("user_api") == "blas"]
     return sorted(paths, key=lambda p: not p.startswith(np_dir))

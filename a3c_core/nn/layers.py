@@ -16,9 +16,12 @@ FLOP counter, gradcheck and the torch twin iterate one list:
 * ``prepare_backward(ws, p, x, t_len)`` - what the backward reads besides the
   output rows (a conv's im2col of its input), from the input rows ``x``;
 * ``forward(ws, p, x, t_len)`` / ``backward(ws, p, g, x, dy, t_len, dx)`` -
-  batched over a rollout (BLAS GEMMs + Numba kernels), gradients written
-  (overwritten) into its views ``g`` of the flat gradient buffer; ``dx`` is
-  where the input gradient goes (the previous layer's ``dy_rows``) or None;
+  batched over a rollout (BLAS GEMMs + Numba kernels).  Its gradients are
+  written in full into its views ``g`` of the flat gradient buffer,
+  overwriting what was there, never accumulated into (the convention of
+  :mod:`a3c_core.nn.kernels`: each backward gives one rollout's gradient;
+  summing rollouts is the optimizer's business); ``dx`` is where the input
+  gradient goes (the previous layer's ``dy_rows``), also overwritten, or None;
 * ``backward_compiled(bl, ...)`` - the same backward (conv, dense, LSTM) in
   one nogil kernel call whose GEMMs go through ``bl`` (the BLAS handle of
   :mod:`a3c_core.nn.blas`), bit for bit ``backward``'s results; what the

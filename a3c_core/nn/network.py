@@ -8,6 +8,37 @@ count and reference twin).  ``net.layers`` is that list; the rollout path,
 :func:`ref_forward_loss`, the FLOP counter (``a3c_core.bench.flops``),
 gradcheck and the torch twin (``a3c_core.nn.torch_twin``) all iterate it.
 
+From an observation to an action: three routes, one per purpose
+----------------------------------------------------------------
+
+1. **A training worker's agent step**: :meth:`Network.actor` ->
+   :meth:`Actor.step_row` (:meth:`Actor.value` for the rollout's bootstrap).
+   The raw frame's preprocessing (the Cython preprocessor's C entry point,
+   :meth:`a3c_core.obs.ObsPipeline.c_entry`), the recorded fused step and the
+   action's sampling run in ONE compiled GIL-free call,
+   ``kernels.doom_act_packed``.  Fused doom step, float32 only; elsewhere
+   ``actor()`` returns None and the worker takes route 2 with
+   ``record=True``.  Bit for bit ``pipeline`` + ``step(record=True)`` +
+   ``sample_categorical``.
+2. **Everything else** (:class:`~a3c_core.policy.Policy`, ``a3c eval``, the
+   non-fused specs, tests): :class:`~a3c_core.obs.ObsPipeline` writes the
+   network input, then :meth:`Network.step` runs the forward
+   (``kernels.doom_step_packed`` for the doom specs, per-layer kernels
+   otherwise; ``record=True`` records a rollout row), and the caller samples.
+3. **Spare act** (:meth:`Network.spare_act`): an unrecorded step through the
+   worker's act kernel on one-step rows of its own.  Used by
+   :meth:`Actor.value` and, with :attr:`Network.single_step_kernel` set (a
+   training worker's network), by :meth:`Network.step`: a trainer's first run
+   then compiles one fused kernel instead of two.
+
+The fused kernels' arguments have one owner, the :class:`Network`:
+:attr:`~Network.fused_packed` (constant: weight offsets into ``params``,
+scratch), :attr:`~Network.fused_rows` (the rollout's row arrays, rebuilt when
+the workspace grows) and :attr:`~Network.fused_static` (the unpacked form, for
+the benchmark of the packing and the tests).  :class:`Actor`, in this module,
+advances the network's recording cursor itself, as :meth:`Network.step`
+does: a method call per step would be Python work on the hottest path.
+
 Specs (``build_network(spec, obs_shape, n_actions, **kwargs)``; a spec is a
 few lines in :data:`_SPEC_TABLE`):
 
@@ -99,6 +130,13 @@ _SPEC_TABLE = {
     "mlp": ("mlp", False, {"hidden": (64, 64), "activation": "elu"}),
 }
 SPECS = tuple(_SPEC_TABLE)
+
+
+def spec_options(name) -> tuple:
+    """Names of the options a network spec accepts (``hidden``, ``lstm_size``, ...)."""
+    return tuple(_SPEC_TABLE[name][2])
+
+
 # conv stacks: (name, out_channels, kernel, stride, padding)
 _CONV_STACKS = {
     "doom": (("conv1", 16, 8, 4, 0), ("conv2", 32, 4, 2, 0)),
@@ -225,6 +263,19 @@ class Network:
     heads), ``encoder``, ``core``, ``heads``, ``n_params``, ``dtype``,
     ``obs_shape``, ``n_actions``, ``recurrent``, ``lstm_size``.
 
+    The fused doom step's kernel arguments (None for other specs; read-only:
+    the kernels' calls are built from them, see the module docstring):
+
+    * ``fused_static``: ``kernels.doom_step``'s constant arguments, one by one
+      (weight views, scratch, strides);
+    * ``fused_packed``: the same packed as ``(params, scratch, offs1, meta,
+      ints)`` for ``doom_step_packed``, ``doom_step_rec_packed`` and
+      ``doom_act_packed`` (fewer arguments: less of Numba's dispatch, paid
+      with the GIL held);
+    * ``fused_rows``: the rollout's row arrays the recording kernels write
+      (``doom_step_rec*``, ``doom_act_packed``); None before the first
+      :meth:`begin_rollout`, replaced when the workspace grows.
+
     One Network object per thread: ``step``/``loss_and_grad`` use the
     object's scratch.  Use :meth:`fork` for another thread.
     """
@@ -278,7 +329,7 @@ class Network:
         self._ws_t = 0
         self._last_t = 0
         self._obs_rows = None     # (t_cap, *obs_shape): the recorded observations
-        self._rec_static = None   # doom_step_rec's row arrays
+        self.fused_rows = None    # the fused kernels' rollout row arrays (see the class doc)
         self._rec_t = -1          # recorded rows (-1: no recording in progress)
         self._rec_resets = 0      # recorded steps that started a new segment (state reset)
         self._rec_state = None    # the state the last recorded step returned
@@ -339,15 +390,16 @@ class Network:
             cols2 = np.empty((c2.n_pix, c2.n_col), dt)
             y2 = np.empty(c2.out_shape, dt)
             feat = np.empty(d.n_out, dt)
-            self._step_static = (
+            self.fused_static = (
                 p[c1.name + ".weight"], p[c1.name + ".bias"], c1.stride, np.empty(xs1, dt),
                 np.empty(acc1, dt), np.empty(offs1, np.int64), np.empty(wtab1, dt), y1,
                 p[c2.name + ".weight"], p[c2.name + ".bias"], c2.stride, cols2, y2,
                 p[d.name + ".weight"], p[d.name + ".bias"], feat, K.ACT_CODES[d.act],
                 self.recurrent, *lstm, self._gates1, *heads)
-            self._step_packed = _pack_doom_static(self._step_static, self._params)
+            self.fused_packed = _pack_doom_static(self.fused_static, self._params)
             self._spare_static = None
         else:
+            self.fused_static = self.fused_packed = None
             self._step_chain = [L.step_call(p, dt) for L in self.encoder]
             self._core_static = (self.recurrent, *lstm)
             self._heads_static = heads
@@ -462,9 +514,9 @@ class Network:
             self._rec_state = new_state
         elif self._fused:
             if self.single_step_kernel:
-                value = self._spare_act(obs, h, c, h_out, c_out, probs)
+                value = self.spare_act(obs, h, c, h_out, c_out, probs)
             else:
-                value = K.doom_step_packed(obs, h, c, h_out, c_out, probs, *self._step_packed)
+                value = K.doom_step_packed(obs, h, c, h_out, c_out, probs, *self.fused_packed)
             if value != value and not K.all_finite(obs):    # NaN value: bad input?
                 raise _bad_obs()
         else:
@@ -478,7 +530,7 @@ class Network:
                                       *self._heads_static, probs)
         return probs, value, new_state
 
-    def _spare_act(self, obs, h, c, h_out, c_out, probs, raw=None, fn=0, ctx=0):
+    def spare_act(self, obs, h, c, h_out, c_out, probs, raw=None, fn=0, ctx=0):
         """An unrecorded fused step through the worker's act kernel
         (:attr:`single_step_kernel`, :meth:`Actor.value`), on one-step rows of
         its own (``raw``/``fn``/``ctx``: a frame to preprocess into ``obs``
@@ -487,7 +539,7 @@ class Network:
         rows = self._spare_rows()
         acts, vals, pgw, no_raw = self._spare_av
         a = K.doom_act_packed(0, no_raw if raw is None else raw, fn, ctx, obs, h, c, False,
-                              probs, *self._step_packed, *rows, 0.5, 0.0, acts, vals, pgw)
+                              probs, *self.fused_packed, *rows, 0.5, 0.0, acts, vals, pgw)
         if a == -2:
             raise MemoryError("preprocess scratch row")
         if a < 0:
@@ -529,8 +581,8 @@ class Network:
         if reset:
             self._keep_row_state(t)
         if self._fused:
-            value = K.doom_step_rec_packed(t, obs, h, c, h_out, c_out, probs, *self._step_packed,
-                                           *self._rec_static)
+            value = K.doom_step_rec_packed(t, obs, h, c, h_out, c_out, probs, *self.fused_packed,
+                                           *self.fused_rows)
             if value != value and not K.all_finite(obs):
                 raise _bad_obs()
             if reset:
@@ -572,12 +624,12 @@ class Network:
         arrays the steps write into."""
         if not self._fused or self._dtype != np.float32:
             return None
-        if pipeline is not None:        # None: an Actor for preprocessed inputs only
-            prep = getattr(pipeline, "_prep", None)
-            if (prep is None or not hasattr(prep, "c_entry")
-                    or tuple(pipeline.net_obs_shape) != self.obs_shape):
+        entry = (0, 0)                  # no pipeline: an Actor for preprocessed inputs only
+        if pipeline is not None:
+            entry = pipeline.c_entry()
+            if entry is None or tuple(pipeline.net_obs_shape) != self.obs_shape:
                 return None
-        return Actor(self, pipeline, actions, values, pg_weights, eps)
+        return Actor(self, pipeline, actions, values, pg_weights, eps, entry)
 
     def recorded_state(self):
         """The state the last recorded step returned, as new arrays ``(h, c)``
@@ -629,7 +681,7 @@ class Network:
             else:
                 lstm = (np.empty((t_cap, 4), dt), np.empty((t_cap + 1, 1), dt),
                         np.empty((t_cap + 1, 1), dt))
-            self._rec_static = (self._obs_rows, ws1["z"], ws2["flat"], wsd["y"], *lstm)
+            self.fused_rows = (self._obs_rows, ws1["z"], ws2["flat"], wsd["y"], *lstm)
 
     # ------------------------------------------------------ recorded rollout
     def begin_rollout(self, t_cap=20) -> None:
@@ -941,7 +993,7 @@ class Actor:
     non-finite observation, before anything is recorded.
     """
 
-    def __init__(self, net, pipeline, actions, values, pg_weights, eps):
+    def __init__(self, net, pipeline, actions, values, pg_weights, eps, entry=(0, 0)):
         if not (isinstance(actions, np.ndarray) and actions.dtype == np.int64
                 and isinstance(values, np.ndarray) and values.dtype == np.float32):
             raise TypeError("Actor: actions must be an int64 array and values a float32 array")
@@ -955,7 +1007,7 @@ class Actor:
         self.eps = float(eps)
         self.probs = np.zeros(net.n_actions, np.float32)
         self._spare_probs = np.zeros(net.n_actions, np.float32)
-        self._fn, self._ctx = pipeline._prep.c_entry() if pipeline is not None else (0, 0)
+        self._fn, self._ctx = entry     # the pipeline's compiled preprocessing (ObsPipeline.c_entry)
         self._raw_shape = tuple(pipeline.raw_shape) if pipeline is not None else None
         self._no_raw = np.zeros(1, np.uint8)
         self._zero_h = np.zeros(max(net.lstm_size, 1), np.float32)
@@ -992,7 +1044,7 @@ class Actor:
         if reset:
             net._keep_row_state(t)
         a = K.doom_act_packed(t, raw, fn, self._ctx, obs, h, c, from_rows, self.probs,
-                              *net._step_packed, *net._rec_static, u, self.eps, self.actions,
+                              *net.fused_packed, *net.fused_rows, u, self.eps, self.actions,
                               self.values, self.pg_weights)
         if a < 0:
             if a == -2:
@@ -1035,7 +1087,7 @@ class Actor:
         self._check_obs(obs)
         h, c = net._state_arrays(state) if net.recurrent else (net._dummy_h, net._dummy_h)
         raw, fn = self._frame_args(raw, obs)
-        value = net._spare_act(obs, h, c, None, None, self._spare_probs, raw, fn, self._ctx)
+        value = net.spare_act(obs, h, c, None, None, self._spare_probs, raw, fn, self._ctx)
         if value != value and not K.all_finite(obs):    # NaN value: bad input?
             raise _bad_obs()
         return value

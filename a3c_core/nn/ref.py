@@ -142,25 +142,6 @@ def log_softmax(z, axis=-1):
     return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
 
 
-def softmax_forward(z):
-    p = softmax(z)
-    return p, p
-
-
-def softmax_backward(dout, cache):
-    p = cache
-    return p * (dout - (dout * p).sum(axis=-1, keepdims=True))
-
-
-def log_softmax_forward(z):
-    return log_softmax(z), softmax(z)
-
-
-def log_softmax_backward(dout, cache):
-    p = cache
-    return dout - p * dout.sum(axis=-1, keepdims=True)
-
-
 # ---------------------------------------------------------------------------
 # LSTM (PyTorch layout, gate order i, f, g, o)
 
