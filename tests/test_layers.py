@@ -14,14 +14,11 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PKG = os.path.join(ROOT, "a3c_core")
 
-#: cycles that are known and owned elsewhere; each names the import-linter
-#: ``ignore_imports`` line that goes with it.  Remove an entry when its cycle
-#: goes (the test fails on a listed cycle that no longer exists).
-KNOWN_CYCLES = {
-    # ProcessTrainer subclasses Trainer and trainer.py imports it back: the
-    # Trainer's split (issue 40, item 3) removes it
-    frozenset({"a3c_core.train.procs", "a3c_core.train.trainer"}),
-}
+#: cycles allowed for now (none): a cycle that has to stay a while is listed
+#: here as ``frozenset({module, module})``, with an ``ignore_imports`` line in
+#: pyproject.toml's acyclic contract; the test fails on a listed cycle that
+#: no longer exists
+KNOWN_CYCLES = set()
 
 
 def test_lint_imports_keeps_the_contracts():
