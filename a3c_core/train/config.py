@@ -19,7 +19,7 @@ from typing import Optional
 
 from a3c_core.core.optim import OPTIMIZERS
 from a3c_core.envs.families import EnvFamily, family_of
-from a3c_core.nn.network import SPECS, spec_options
+from a3c_core.specs import SPECS, spec_options
 
 
 #: fields that earlier versions had, and why each went (docs/results.md has the
