@@ -916,7 +916,8 @@ CASES = [
     _flag("flag-t-max-0", ["--t-max", "0"], ["t_max"]),
     _flag("flag-max-grad-norm-negative", ["--max-grad-norm=-1"], ["max_grad_norm"]),
     _flag("flag-rmsprop-eps-0", ["--optimizer", "rmsprop", "--rmsprop-eps", "0"], ["rmsprop_eps"]),
-    _flag("flag-adam-beta2-1", ["--adam-beta2", "1.0"], ["adam_beta2"]),
+    # a removed knob: rc 2, named with why it went (a3c_core.train.config.REMOVED_FIELDS)
+    _flag("flag-adam-beta2-1", ["--adam-beta2", "1.0"], ["--adam-beta2 was removed"]),
     _flag("flag-seed-negative", ["--seed=-5"], ["seed"]),
     _flag("flag-total-steps-negative", ["--total-steps=-1"], ["total_steps"]),
     _flag("flag-total-seconds-inf", ["--total-seconds", "inf"], ["total_seconds"]),

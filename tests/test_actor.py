@@ -10,7 +10,7 @@ from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer
 from a3c_core.envs.base import Env
 from a3c_core.nn.network import build_network
 from a3c_core.obs import ObservationError, ObsPipeline
-from a3c_core.sampling import sample_categorical, sample_mixed
+from a3c_core.sampling import sample_categorical
 from a3c_core.train.worker import RolloutSettings, ThreadStore, Worker
 
 RAW = (30, 40)
@@ -31,31 +31,25 @@ def _frames(n, seed=0):
     return np.random.default_rng(seed).integers(0, 256, (n,) + RAW, dtype=np.uint8)
 
 
-def _reference(net, pipe, frames, u, state0, reset_at=(), eps=0.0):
+def _reference(net, pipe, frames, u, state0, reset_at=()):
     """step(record=True) + the Python sampler + the pipeline, as the worker ran them."""
     T = len(frames)
     obs = np.zeros((T,) + OBS, np.float32)
     net.begin_rollout(T)
     st = state0
-    acts, vals, ws = [], [], []
+    acts, vals = [], []
     for t in range(T):
         pipe(frames[t], obs[t])
         if t in reset_at:
             st = net.initial_state()
         p, v, st = net.step(obs[t], st, record=True)
-        if eps:
-            a, w = sample_mixed(p, eps, u[t])
-        else:
-            a, w = sample_categorical(p, u[t]), 1.0
-        acts.append(a)
+        acts.append(sample_categorical(p, u[t]))
         vals.append(v)
-        ws.append(w)
-    return np.array(acts), np.array(vals, np.float32), np.array(ws, np.float32), st, obs
+    return np.array(acts), np.array(vals, np.float32), st, obs
 
 
-@pytest.mark.parametrize("eps", [0.0, 0.2])
 @pytest.mark.parametrize("reset_at", [(), (4,)])
-def test_actor_records_samples_and_preprocesses_as_the_separate_calls(eps, reset_at):
+def test_actor_records_samples_and_preprocesses_as_the_separate_calls(reset_at):
     T = 9
     pipe = _pipe()
     ref, net = _net(), _net()
@@ -63,11 +57,10 @@ def test_actor_records_samples_and_preprocesses_as_the_separate_calls(eps, reset
     rng = np.random.default_rng(1)
     u = rng.random(T)
     s0 = tuple(rng.standard_normal(256).astype(np.float32) * 0.3 for _ in range(2))
-    a_ref, v_ref, w_ref, st_ref, obs_ref = _reference(ref, pipe, frames, u, s0, reset_at, eps)
+    a_ref, v_ref, st_ref, obs_ref = _reference(ref, pipe, frames, u, s0, reset_at)
 
     acts, vals = np.zeros(T, np.int64), np.zeros(T, np.float32)
-    pg_w = np.ones(T, np.float32)
-    act = net.actor(pipe, acts, vals, pg_w, eps)
+    act = net.actor(pipe, acts, vals)
     obs = np.zeros((T,) + OBS, np.float32)
     net.begin_rollout(T)
     for t in range(T):
@@ -76,7 +69,6 @@ def test_actor_records_samples_and_preprocesses_as_the_separate_calls(eps, reset
         assert a == acts[t]
     np.testing.assert_array_equal(acts, a_ref)
     np.testing.assert_array_equal(vals, v_ref)
-    np.testing.assert_array_equal(pg_w, w_ref)
     np.testing.assert_array_equal(obs, obs_ref)
     h, c = net.recorded_state()
     np.testing.assert_array_equal(h, st_ref[0])
@@ -225,9 +217,9 @@ def _train(fused, settings, rollouts=40):
 @pytest.mark.parametrize("settings", [
     RolloutSettings(t_max=10, normalize_advantages=True),
     RolloutSettings(t_max=10, bootstrap_truncated=False, reward_clip=0.7),
-    RolloutSettings(t_max=10, cross_episode=True),
-    RolloutSettings(t_max=10, min_steps=6, policy_epsilon=0.1),
-], ids=["paper", "no-boot", "cross", "min-eps"])
+    RolloutSettings(t_max=10, min_steps=10),
+    RolloutSettings(t_max=10, min_steps=6),
+], ids=["paper", "no-boot", "cross", "min"])
 def test_worker_with_the_fused_step_trains_bit_for_bit_as_before(settings):
     p_new, n_new, ep_new, st_new = _train(True, settings)
     p_old, n_old, ep_old, st_old = _train(False, settings)

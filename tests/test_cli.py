@@ -56,6 +56,27 @@ def test_train_help_renders_and_says_each_default_once():
             assert block.lower().count("(default") == 1, block
 
 
+def test_a_removed_flag_is_an_error_saying_why(tmp_path):
+    """``a3c train --entropy-target 0.1``: exit 2, one error line naming the
+    flag and why it went, nothing run or written."""
+    from a3c_core.train.config import REMOVED_FIELDS
+
+    run = tmp_path / "run"
+    out = a3c("train", "--env", "CartPole-v1", "--entropy-target", "0.1", "--run-dir", str(run),
+              "--total-steps", "100", "--quiet")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.strip() == ("a3c train: error: --entropy-target was removed: "
+                                  + REMOVED_FIELDS["entropy_target"])
+    assert "Traceback" not in out.stderr and not run.exists()
+    # each removed knob's flag, as a flag or with its value
+    from a3c_core.cli import main
+
+    for name in REMOVED_FIELDS:
+        flag = "--" + name.replace("_", "-")
+        for argv in ([flag, "1"], [f"{flag}=1"]):
+            assert main(["train", "--env", "CartPole-v1", *argv]) == 2, argv
+
+
 def test_eval_help_documents_every_option():
     out = a3c("eval", "--help")
     assert out.returncode == 0

@@ -1,6 +1,11 @@
 import pytest
 
-from a3c_core.train.config import Config, ConfigError
+from a3c_core.train.config import REMOVED_FIELDS, Config, ConfigError, removed_flag, resolve
+
+
+def _r(obs_kind="image", **kw):
+    """The resolved settings of ``Config(**kw)``."""
+    return resolve(Config(**kw).validate(), obs_kind)
 
 
 def test_defaults_are_the_standard_workload():
@@ -8,48 +13,72 @@ def test_defaults_are_the_standard_workload():
     assert c.env == "doom:basic"
     assert (c.t_max, c.gamma, c.gae_lambda) == (20, 0.99, 1.0)
     assert (c.value_coef, c.entropy_beta, c.max_grad_norm) == (0.5, 0.01, 40.0)
-    assert c.optimizer == "adam" and c.learning_rate() == pytest.approx(1e-4)
-    assert Config(optimizer="rmsprop").learning_rate() == pytest.approx(7e-4)
-    # Adam on the vector specs: 3e-4 (bench/RESULTS.md); an explicit lr always wins
-    assert c.learning_rate("doom-lstm") == pytest.approx(1e-4)
-    assert c.learning_rate("atari-lstm") == pytest.approx(1e-4)
-    assert c.learning_rate("mlp-lstm") == pytest.approx(3e-4)
-    assert c.learning_rate("mlp") == pytest.approx(3e-4)
-    assert Config(lr=5e-5).learning_rate("mlp-lstm") == pytest.approx(5e-5)
-    assert Config(optimizer="rmsprop").learning_rate("mlp-lstm") == pytest.approx(7e-4)
-    # AMSGrad: on for the vector specs unless set
-    assert c.adam_amsgrad is None
-    assert c.amsgrad("mlp-lstm") and c.amsgrad("mlp")
-    assert not c.amsgrad("doom-lstm") and not c.amsgrad("atari-lstm")
-    assert not Config(adam_amsgrad=False).amsgrad("mlp-lstm")
-    assert Config(adam_amsgrad=True).amsgrad("doom-lstm")
-    # the anneal: on for Adam on doom-lstm, over its own 1M steps to a tenth
-    assert c.lr_anneal is None and (c.lr_anneal_steps, c.lr_anneal_floor) == (1_000_000, 0.1)
-    assert c.anneals("doom-lstm") and c.anneal_horizon("doom-lstm") == 1_000_000
-    assert not c.anneals("doom-ff") and not c.anneals("atari-lstm") and not c.anneals("mlp-lstm")
-    assert c.anneal_horizon("mlp-lstm") == 0
-    assert Config(total_steps=0).anneal_horizon("doom-lstm") == 1_000_000  # not the budget
-    assert Config(total_steps=5000, lr_anneal_steps=0).anneal_horizon("doom-lstm") == 5000
-    assert not Config(optimizer="rmsprop").anneals("doom-lstm")
-    assert not Config(lr_anneal=False).anneals("doom-lstm")
-    assert Config(lr_anneal=True).anneals("mlp-lstm")
-    # one source of truth for optimizer defaults: the optimizer classes
-    from a3c_core.core.optim import SGD
-
-    assert Config(optimizer="sgd").learning_rate() == SGD(4).lr
-    assert not c.bootstrap_truncated() and Config(env="CartPole-v1").bootstrap_truncated()
+    r = resolve(c)
+    assert (r.family, r.spec) == ("doom", "doom-lstm")
+    assert c.optimizer == "adam" and r.lr == pytest.approx(1e-4)
+    assert _r(optimizer="rmsprop").lr == pytest.approx(7e-4)
     assert (c.rmsprop_alpha, c.rmsprop_eps) == (0.99, 0.1)
     assert c.reward_scale is None  # normalized by the running return std
-    assert c.effective_reward_clip() == 0.0
-    for atari in ("ALE/Pong-v5", "PongNoFrameskip-v4", "gym:BreakoutNoFrameskip-v4"):
-        a = Config(env=atari)
-        assert a.is_atari() and a.effective_reward_clip() == 1.0 and a.bootstrap_truncated()
-        assert not a.advantages_normalized()
-        assert Config(env=atari, normalize_advantages=True).advantages_normalized()
-    assert not Config(env="CartPole-v1").is_atari()
-    # advantages are normalized by default for doom and gymnasium envs, not Atari
-    assert c.advantages_normalized() and Config(env="CartPole-v1").advantages_normalized()
-    assert not Config(normalize_advantages=False).advantages_normalized()
+    assert c.adam_amsgrad is None and c.lr_anneal is None and c.truncation_bootstrap is None
+    assert (c.lr_anneal_steps, c.lr_anneal_floor) == (1_000_000, 0.1)
+
+
+def test_resolve_learning_rate_per_family_spec_and_optimizer():
+    # Adam: 1e-4 on doom and Atari, 3e-4 on the vector specs (bench/RESULTS.md);
+    # an explicit lr always wins
+    assert _r().lr == pytest.approx(1e-4)
+    assert _r(spec="doom-lstm").lr == pytest.approx(1e-4)
+    for atari in ("ALE/Pong-v5", "PongNoFrameskip-v4"):
+        r = _r(env=atari)
+        assert (r.family, r.spec) == ("atari", "atari-lstm") and r.lr == pytest.approx(1e-4)
+    cart = dict(env="CartPole-v1")
+    assert _r("vector", **cart).spec == "mlp-lstm"
+    assert _r("vector", **cart).lr == pytest.approx(3e-4)
+    assert _r("vector", spec="mlp", **cart).lr == pytest.approx(3e-4)
+    assert _r("vector", lr=5e-5, **cart).lr == pytest.approx(5e-5)
+    assert _r("vector", optimizer="rmsprop", **cart).lr == pytest.approx(7e-4)
+    assert _r(optimizer="sgd").lr == pytest.approx(1e-3)
+    assert _r("vector", optimizer="sgd", **cart).lr == pytest.approx(1e-3)
+    # the same numbers the optimizer classes default to
+    from a3c_core.core.optim import SGD, RMSProp
+
+    assert _r(optimizer="sgd").lr == SGD(4).lr and _r(optimizer="rmsprop").lr == RMSProp(4).lr
+
+
+def test_resolve_amsgrad_and_anneal():
+    cart = dict(env="CartPole-v1")
+    # AMSGrad: on for the vector specs unless set
+    assert _r("vector", **cart).amsgrad and _r("vector", spec="mlp", **cart).amsgrad
+    assert not _r().amsgrad and not _r(env="ALE/Pong-v5").amsgrad
+    assert not _r("vector", adam_amsgrad=False, **cart).amsgrad
+    assert _r(adam_amsgrad=True).amsgrad
+    # the anneal: on for Adam on doom-lstm, over its own 1M steps
+    assert _r().anneal_steps == 1_000_000
+    assert _r(spec="doom-ff").anneal_steps == 0
+    assert _r(env="ALE/Pong-v5").anneal_steps == 0
+    assert _r("vector", **cart).anneal_steps == 0
+    assert _r(total_steps=0).anneal_steps == 1_000_000          # not the budget
+    assert _r(total_steps=5000, lr_anneal_steps=0).anneal_steps == 5000
+    assert _r(optimizer="rmsprop").anneal_steps == 0
+    assert _r(lr_anneal=False).anneal_steps == 0
+    assert _r("vector", lr_anneal=True, **cart).anneal_steps == 1_000_000
+
+
+def test_resolve_per_family_bootstrap_reward_clip_and_advantages():
+    r = _r()
+    assert not r.truncation_bootstrap and r.reward_clip == 0.0 and r.normalize_advantages
+    cart = _r("vector", env="CartPole-v1")
+    assert (cart.family, cart.truncation_bootstrap, cart.reward_clip) == ("gym", True, 0.0)
+    assert cart.normalize_advantages
+    for atari in ("ALE/Pong-v5", "PongNoFrameskip-v4", "atari:Breakout"):
+        a = _r(env=atari)
+        assert a.family == "atari" and a.reward_clip == 1.0 and a.truncation_bootstrap
+        assert not a.normalize_advantages
+        assert _r(env=atari, normalize_advantages=True).normalize_advantages
+        assert _r(env=atari, reward_clip=0.0).reward_clip == 0.0
+    assert not _r(normalize_advantages=False).normalize_advantages
+    assert _r(truncation_bootstrap=True).truncation_bootstrap
+    assert not _r("vector", env="CartPole-v1", truncation_bootstrap=False).truncation_bootstrap
 
 
 def test_net_kwargs_honour_or_reject_spec_fields():
@@ -73,8 +102,6 @@ def test_net_kwargs_honour_or_reject_spec_fields():
         ("workers", -1),
         ("lr", -1e-3),
         ("max_grad_norm", -1.0),
-        ("adam_clip_relative", -1.0),
-        ("adam_clip_relative", float("nan")),
         ("hidden", "64,abc"),
         ("hidden", "0"),
         ("hidden", "64,0"),
@@ -162,56 +189,70 @@ def test_shipped_config_files_load():
     basic = Config.from_toml(str(root / "doom_basic.toml"))
     assert basic == Config().replace(spec="doom-lstm", frame_skip=4, lr=1e-4, lr_anneal=True,
                                      obs_norm=True)
-    assert basic.obs_normalized() == Config().obs_normalized() is True
-    assert basic.effective_merge_below() == Config().effective_merge_below()
+    rb, rd = resolve(basic), resolve(Config())
+    assert rb.obs_norm == rd.obs_norm is True
+    assert rb.merge_below == rd.merge_below
     # "the defaults, spelled out": the same optimizer as an unset config's
-    for name in ("learning_rate", "amsgrad", "anneals", "anneal_horizon"):
-        assert getattr(basic, name)("doom-lstm") == getattr(Config(), name)("doom-lstm"), name
+    for name in ("lr", "amsgrad", "anneal_steps"):
+        assert getattr(rb, name) == getattr(rd, name), name
     pong = Config.from_toml(str(root / "pong.toml"))
     assert (pong.env, pong.repeat_action_probability, pong.total_seconds) == ("ALE/Pong-v5", 0.0, 3600.0)
 
 
 def test_obs_norm_default_is_on_for_doom_and_atari_images_only():
-    assert Config(env="doom:basic").obs_normalized()
-    assert Config(env="ALE/Pong-v5").obs_normalized()
-    assert Config(env="PongNoFrameskip-v4").obs_normalized()
-    assert not Config(env="CartPole-v1").obs_normalized()
-    assert not Config(env="ALE/Pong-v5", obs_norm=False).obs_normalized()
-    assert Config(env="CartPole-v1", obs_norm=True).obs_normalized()
+    assert _r(env="doom:basic").obs_norm
+    assert _r(env="ALE/Pong-v5").obs_norm
+    assert _r(env="PongNoFrameskip-v4").obs_norm
+    assert not _r("vector", env="CartPole-v1").obs_norm
+    assert not _r(env="ALE/Pong-v5", obs_norm=False).obs_norm
+    assert _r("vector", env="CartPole-v1", obs_norm=True).obs_norm
 
 
-def test_min_rollout_default_is_the_papers_rollouts_and_cross_episode_overrides_it():
-    assert Config().effective_min_rollout() == 0               # the A3C paper's rollouts
-    assert Config(min_rollout=7).effective_min_rollout() == 7
-    assert Config(cross_episode=True, min_rollout=3).effective_min_rollout() == 20
-    assert Config(t_max=5, cross_episode=True).effective_min_rollout() == 5
+def _saved(**d):
+    """A config a run saved (``--resume`` reads it), and the fields it ignored."""
+    ignored = []
+    return Config.from_dict(d, saved_run=True, ignored=ignored), ignored
+
+
+def test_min_rollout_default_is_the_papers_rollouts():
+    assert _r().min_rollout == 0               # the A3C paper's rollouts
+    assert _r(min_rollout=7).min_rollout == 7
+    assert _r(min_rollout=20).min_rollout == 20
+
+
+def test_an_old_saved_cross_episode_run_resumes_with_min_rollout_t_max():
+    c, ignored = _saved(env="doom:basic", cross_episode=True, min_rollout=3)
+    assert resolve(c).min_rollout == 20 and ignored == ["cross_episode"]
+    c, ignored = _saved(t_max=5, cross_episode=True)
+    assert (c.min_rollout, resolve(c).min_rollout) == (5, 5) and ignored == ["cross_episode"]
+    c, ignored = _saved(cross_episode=False, min_rollout=3)
+    assert resolve(c).min_rollout == 3 and ignored == ["cross_episode"]
 
 
 def test_trainer_settings_carry_the_effective_min_rollout():
-    from a3c_core.train.trainer import Trainer
+    from a3c_core.train.build import _settings
 
-    for cfg, want in ((Config(), 0), (Config(min_rollout=10), 10), (Config(cross_episode=True), 20)):
-        t = Trainer.__new__(Trainer)        # _settings reads only the config and n_actions
-        t.cfg, t.n_actions = cfg, 3
-        s = t._settings()
+    cross = _saved(cross_episode=True)[0]
+    for cfg, want in ((Config(), 0), (Config(min_rollout=10), 10), (cross, 20)):
+        s = _settings(cfg, resolve(cfg))
         assert s.min_steps == want and s.t_max == 20
 
 
 def test_merge_below_applies_only_with_the_papers_rollouts():
-    assert Config().merge_below == 8.0 and Config().effective_merge_below() == 8.0
-    assert Config().runs_across_episodes()           # the warm-up compiles the reset variant
-    assert Config(min_rollout=1).effective_merge_below() == 8.0   # 1 is the paper's rollouts
-    assert Config(min_rollout=10).effective_merge_below() == 0.0
-    assert Config(cross_episode=True).effective_merge_below() == 0.0
-    assert not Config(merge_below=0.0).runs_across_episodes()
+    assert Config().merge_below == 8.0 and _r().merge_below == 8.0
+    assert _r().records_resets                 # the warm-up compiles the reset variant
+    assert _r(min_rollout=1).merge_below == 8.0   # 1 is the paper's rollouts
+    assert _r(min_rollout=10).merge_below == 0.0
+    assert resolve(_saved(cross_episode=True)[0]).merge_below == 0.0
+    assert not _r(merge_below=0.0).records_resets
+    assert _r(merge_below=0.0, min_rollout=10).records_resets
+    assert _r(merge_below=0.0, envs_per_worker=2).records_resets
     with pytest.raises(ConfigError, match="merge_below"):
         Config(merge_below=-1.0).validate()
-    from a3c_core.train.trainer import Trainer
+    from a3c_core.train.build import _settings
 
     for cfg, want in ((Config(), 8.0), (Config(merge_below=0), 0.0), (Config(min_rollout=10), 0.0)):
-        t = Trainer.__new__(Trainer)
-        t.cfg, t.n_actions = cfg, 3
-        assert t._settings().merge_below == want
+        assert _settings(cfg, resolve(cfg)).merge_below == want
 
 
 def test_a_run_saved_before_merge_below_keeps_the_papers_rollouts(tmp_path):
@@ -232,7 +273,7 @@ def test_a_run_saved_before_the_anneal_horizon_keeps_its_schedule_on_resume(tmp_
     old.write_text('env = "CartPole-v1"\nlr_anneal = true\ntotal_steps = 5000000\n')
     c = Config.from_toml(str(old), saved_run=True)
     assert (c.lr_anneal_steps, c.lr_anneal_floor) == (0, 0.0)
-    assert c.anneal_horizon("mlp-lstm") == 5_000_000
+    assert resolve(c, "vector").anneal_steps == 5_000_000
     fresh = Config.from_toml(str(old))                      # a user's config file
     assert (fresh.lr_anneal_steps, fresh.lr_anneal_floor) == (1_000_000, 0.1)
     new = tmp_path / "new.toml"
@@ -241,4 +282,41 @@ def test_a_run_saved_before_the_anneal_horizon_keeps_its_schedule_on_resume(tmp_
     assert (c2.lr_anneal_steps, c2.lr_anneal_floor) == (2000, 0.5)
     off = tmp_path / "off.toml"
     off.write_text("lr_anneal = false\n")
-    assert not Config.from_toml(str(off), saved_run=True).anneals("doom-lstm")
+    assert resolve(Config.from_toml(str(off), saved_run=True)).anneal_steps == 0
+
+
+@pytest.mark.parametrize("name", sorted(REMOVED_FIELDS))
+def test_a_removed_field_in_a_new_config_is_an_error_naming_it(tmp_path, name):
+    value = True if name == "cross_episode" else 0.1
+    with pytest.raises(ConfigError, match=f"config field '{name}' was removed: "):
+        Config.from_dict({"env": "CartPole-v1", name: value})
+    p = tmp_path / "c.toml"
+    p.write_text(f'env = "CartPole-v1"\n{name} = {"true" if value is True else value}\n')
+    with pytest.raises(ConfigError, match=f"{p}: config field '{name}' was removed: "):
+        Config.from_toml(str(p))
+    with pytest.raises(TypeError, match=name):
+        Config(**{name: value})
+
+
+@pytest.mark.parametrize("name", sorted(REMOVED_FIELDS))
+def test_a_removed_field_in_a_saved_run_is_ignored_and_reported(tmp_path, name):
+    value = True if name == "cross_episode" else 0.1
+    c, ignored = _saved(env="CartPole-v1", lr=3e-4, **{name: value})
+    assert ignored == [name]
+    assert (c.env, c.lr) == ("CartPole-v1", 3e-4)
+    # an old run's config.toml, as --resume reads it (without a list: dropped silently)
+    p = tmp_path / "config.toml"
+    p.write_text(f'env = "CartPole-v1"\n{name} = {"true" if value is True else value}\n')
+    ignored = []
+    assert Config.from_toml(str(p), saved_run=True, ignored=ignored).env == "CartPole-v1"
+    assert ignored == [name]
+    assert Config.from_toml(str(p), saved_run=True).env == "CartPole-v1"
+
+
+def test_a_removed_flag_names_itself_and_why():
+    assert removed_flag(["--env", "CartPole-v1", "--entropy-target", "0.1"]) == (
+        "--entropy-target was removed: " + REMOVED_FIELDS["entropy_target"])
+    assert removed_flag(["--adam-beta2=0.9"]).startswith("--adam-beta2 was removed: ")
+    assert removed_flag(["--no-cross-episode"]).startswith("--no-cross-episode was removed: ")
+    assert removed_flag(["--cross-episode"]).startswith("--cross-episode was removed: ")
+    assert removed_flag(["--env", "CartPole-v1", "--min-rollout", "20"]) is None

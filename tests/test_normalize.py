@@ -133,7 +133,7 @@ def test_cartpole_learns_the_same_whatever_the_reward_unit(tmp_path):
 
 
 def test_cartpole_learns_with_cross_episode_rollouts(tmp_path):
-    """--cross-episode (fixed t_max rollouts over episode boundaries, LSTM
+    """min_rollout = t_max (fixed t_max rollouts over episode boundaries, LSTM
     reset inside the rollout) learns CartPole-v1 like the default rollouts do
     (same budget and seed as the test above; random play ~22 steps); every
     update then has t_max steps, so updates = steps / t_max exactly."""
@@ -144,7 +144,7 @@ def test_cartpole_learns_with_cross_episode_rollouts(tmp_path):
     run = tmp_path / "cross"
     cfg = Config(env="CartPole-v1", workers=1, seed=0, total_steps=40_000, quiet=True,
                  tensorboard=False, checkpoint_interval=0, run_dir=str(run), entropy_beta=0.001,
-                 cross_episode=True)
+                 t_max=20, min_rollout=20)
     tr = Trainer(cfg)
     tr.run()
     with open(run / "episodes.csv") as fh:
@@ -192,126 +192,6 @@ def test_advantage_normalizer_moving_rms_checkpoint_round_trip():
         b.load_state_dict({"count": 3})
     with pytest.raises(ValueError, match="horizon"):
         AdvantageNormalizer(horizon=0.5)
-
-
-@pytest.mark.parametrize("horizon", [None, 50.0])
-def test_advantage_normalizer_cap_against_numpy(horizon):
-    """max_scale=c: the scale is min(1 / RMS, c) (numpy twin), both for the
-    moving and the whole-run RMS, after a checkpoint round trip too; the
-    statistics themselves are those of the uncapped normalizer."""
-    from a3c_core.core.normalize import AdvantageNormalizer
-
-    rng = np.random.default_rng(3)
-    capped = AdvantageNormalizer(horizon=horizon, min_count=1, max_scale=4.0)
-    free = AdvantageNormalizer(horizon=horizon, min_count=1)
-    seen = []
-    big = 1.0 if horizon else 0.4      # the whole-run RMS must still fall below 1/4
-    for k in range(80):
-        x = rng.standard_normal(rng.integers(1, 30)) * (big if k < 10 else 0.02)
-        seen.append(x)
-        got, ref = capped.update(x), free.update(x)
-        assert got == pytest.approx(min(ref, 4.0), rel=1e-12)
-    all_x = np.concatenate(seen)
-    if horizon is None:
-        assert free.scale == pytest.approx(1 / math.sqrt(np.mean(all_x**2) + free.eps), rel=1e-9)
-    assert free.scale > 4.0 and capped.scale == 4.0      # the small advantages would be x>4
-    back = AdvantageNormalizer(horizon=horizon, min_count=1, max_scale=4.0)
-    back.load_state_dict(capped.state_dict())
-    assert back.scale == 4.0
-    for bad in (0.0, -1.0, float("inf")):
-        with pytest.raises(ValueError, match="max_scale"):
-            AdvantageNormalizer(max_scale=bad)
-
-
-def _entropy_twin(target, beta, rate, max_mult, updates):
-    """The controller's rule written out with numpy: log-multiplier moved by
-    rate * n * clip((target - H) / target, -1, 1), kept in [0, ln max_mult]."""
-    lm, out = 0.0, []
-    for h_sum, n in updates:
-        err = np.clip((target - h_sum / n) / target, -1.0, 1.0)
-        lm = float(np.clip(lm + rate * n * err, 0.0, np.log(max_mult)))
-        out.append(beta * np.exp(lm))
-    return out
-
-
-def test_entropy_controller_against_numpy_twin():
-    """Below target the coefficient rises (up to beta * max_mult), above it it
-    falls back, never below beta; a far-off entropy moves it no faster than
-    a relative error of 1."""
-    from a3c_core.core.normalize import EntropyController
-
-    rng = np.random.default_rng(5)
-    target = 0.11
-    hs = np.concatenate([rng.uniform(0.5, 1.1, 30),       # early: above target, no change
-                         rng.uniform(0.0, 0.02, 200),     # converged: far below
-                         rng.uniform(0.3, 0.6, 150)])     # recovered: above
-    ns = rng.integers(1, 21, hs.size)
-    updates = [(h * n, int(n)) for h, n in zip(hs, ns)]
-    ctl = EntropyController(target, 0.01, rate=3e-3, max_mult=50.0)
-    got = [ctl.update(h, n) for h, n in updates]
-    want = _entropy_twin(target, 0.01, 3e-3, 50.0, updates)
-    np.testing.assert_allclose(got, want, rtol=1e-12)
-    got = np.array(got)
-    assert np.all(got[:30] == 0.01)                       # floor: nothing changes above target
-    assert got[229] == pytest.approx(0.5)                 # capped at beta * max_mult
-    assert got[-1] == 0.01 and got.min() == 0.01          # back down, never below beta
-    assert ctl.update(0.0, 0) == ctl.beta_now             # an empty update changes nothing
-    with pytest.raises(ValueError, match="entropy"):
-        ctl.update(float("nan"), 3)
-
-
-def test_entropy_controller_checkpoint_round_trip_and_validation():
-    from a3c_core.core.normalize import EntropyController
-
-    a = EntropyController(0.1, 0.01, rate=1e-3)
-    for _ in range(30):
-        a.update(0.0, 20)
-    b = EntropyController(0.1, 0.01, rate=1e-3)
-    b.load_state_dict(a.state_dict())
-    assert (b.log_mult, b.beta_now) == (a.log_mult, a.beta_now) and a.multiplier > 1.5
-    assert a.update(0.05, 10) == b.update(0.05, 10)
-    # a restored multiplier beyond this config's cap is held to it
-    c = EntropyController(0.1, 0.02, rate=1e-3, max_mult=1.2)
-    c.load_state_dict(a.state_dict())
-    assert c.beta_now == pytest.approx(0.024)
-    with pytest.raises(ValueError, match="entropy controller state"):
-        b.load_state_dict({"beta": 0.01})
-    with pytest.raises(ValueError, match="entropy controller state"):
-        b.load_state_dict({"log_mult": float("inf")})
-    for kw in ({"target": 0.0}, {"target": -1.0}, {"beta": -0.1}, {"max_mult": 0.5},
-               {"rate": 0.0}):
-        args = {"target": 0.1, "beta": 0.01, **kw}
-        with pytest.raises(ValueError):
-            EntropyController(args.pop("target"), args.pop("beta"), **args)
-
-
-def test_entropy_floor_is_saved_and_restored_by_the_trainer(tmp_path):
-    """A short CartPole run with a floor at the maximum entropy (always
-    binding): the coefficient rises, is logged, is saved in the checkpoint
-    and comes back on --resume; Config gives the floor in nats."""
-    from a3c_core.checkpoint import load_checkpoint
-    from a3c_core.train.config import Config
-    from a3c_core.train.trainer import Trainer
-
-    assert Config(entropy_target=0.5).entropy_target_nats(3) == pytest.approx(0.5 * math.log(3))
-    assert Config(entropy_target=0.5).entropy_target_nats(1) == 0.0
-    assert Config().entropy_target_nats(6) == 0.0          # off by default
-    assert Config(entropy_target=0.1).entropy_target_nats(6) == pytest.approx(0.1 * math.log(6))
-    run = tmp_path / "run"
-    cfg = Config(env="CartPole-v1", workers=1, total_steps=3000, seed=0, quiet=True,
-                 run_dir=str(run), entropy_target=1.0, tensorboard=False, log_interval=0.05)
-    tr = Trainer(cfg)
-    tr.run()
-    saved = load_checkpoint(str(run / "checkpoints" / "latest.npz")).meta["entropy_controller"]
-    assert saved["log_mult"] > 0 and saved["log_mult"] == pytest.approx(tr.entropy_ctl.log_mult)
-    with open(run / "metrics.csv") as fh:
-        betas = [float(line.rsplit(",", 1)[1]) for line in fh if ",charts/entropy_beta," in line]
-    assert betas and betas[-1] > cfg.entropy_beta
-    tr2 = Trainer(cfg, resume=str(run))
-    try:
-        assert tr2.entropy_ctl.log_mult == pytest.approx(saved["log_mult"])
-    finally:
-        tr2.close()
 
 
 def test_compiled_statistics_match_their_numpy_twins_value_for_value():

@@ -20,13 +20,10 @@ class _PyMerge:
     """The Python merges of the normalizers before merge_stats (their twin):
     Chan et al.'s update of (count, mean, m2), or the EMA of mean(A^2)."""
 
-    def __init__(self, kind, eps=1e-8, min_count=2, horizon=None, max_scale=None):
+    def __init__(self, kind, eps=1e-8, min_count=2, horizon=None):
         self.kind, self.eps, self.min_count = kind, eps, min_count
-        self.horizon, self.max_scale = horizon, max_scale
+        self.horizon = horizon
         self.count, self.mean, self.m2, self.scale, self.mean_sq = 0, 0.0, 0.0, 1.0, 0.0
-
-    def _capped(self, scale):
-        return scale if self.max_scale is None else min(scale, self.max_scale)
 
     def update(self, x):
         x = np.asarray(x, np.float64)
@@ -38,7 +35,7 @@ class _PyMerge:
             self.mean_sq = ms_b if self.count == 0 else keep * self.mean_sq + (1.0 - keep) * ms_b
             self.count += n_b
             if self.count >= self.min_count:
-                self.scale = self._capped(1.0 / math.sqrt(self.mean_sq + self.eps))
+                self.scale = 1.0 / math.sqrt(self.mean_sq + self.eps)
             return self.scale
         n_a = self.count
         n = n_a + n_b
@@ -50,30 +47,27 @@ class _PyMerge:
             if self.kind == "return":
                 self.scale = 1.0 / math.sqrt(self.m2 / n + self.eps)
             else:
-                self.scale = self._capped(1.0 / math.sqrt(self.m2 / n + self.mean ** 2 + self.eps))
+                self.scale = 1.0 / math.sqrt(self.m2 / n + self.mean ** 2 + self.eps)
         return self.scale
 
 
-@pytest.mark.parametrize("kind", ["return", "rms", "rms-capped", "ema", "ema-capped"])
+@pytest.mark.parametrize("kind", ["return", "rms", "ema"])
 def test_merge_stats_is_the_python_merge_bit_for_bit(kind):
-    cap = {"rms-capped": 1.0, "ema-capped": 2.5}.get(kind)
     if kind == "return":
         norm, twin = ReturnNormalizer(0.99), _PyMerge("return")
-    elif kind.startswith("rms"):
-        norm, twin = AdvantageNormalizer(max_scale=cap), _PyMerge("rms", max_scale=cap)
+    elif kind == "rms":
+        norm, twin = AdvantageNormalizer(), _PyMerge("rms")
     else:
-        norm = AdvantageNormalizer(horizon=37.0, max_scale=cap)
-        twin = _PyMerge("ema", horizon=37.0, max_scale=cap)
+        norm = AdvantageNormalizer(horizon=37.0)
+        twin = _PyMerge("ema", horizon=37.0)
     rng = np.random.default_rng(1)
     for i in range(300):
-        # batches of 1..20, their spread shrinking (so a cap is reached)
+        # batches of 1..20, their spread shrinking
         x = rng.normal(0.3, 5.0 / (1 + i / 10), rng.integers(1, 21))
         assert norm.update(x) == twin.update(x)
         assert (norm.count, norm.scale) == (twin.count, twin.scale)
         assert (norm.mean, norm.m2) == (twin.mean, twin.m2)
         assert norm.stats[4] == twin.mean_sq
-    if cap is not None:
-        assert norm.scale == cap
 
 
 def test_merge_stats_refuses_non_finite_batches_and_leaves_the_stats():
@@ -137,19 +131,18 @@ def _train(fused, settings, adv_norm, reward_norm=True, rollouts=40):
 @pytest.mark.parametrize("settings,adv,reward_norm", [
     (RolloutSettings(t_max=10, normalize_advantages=True), "rms", True),
     (RolloutSettings(t_max=10, normalize_advantages=True, bootstrap_truncated=False,
-                     reward_clip=0.7, gae_lambda=0.95), "ema-capped", True),
-    (RolloutSettings(t_max=10, cross_episode=True, normalize_advantages=True), "ema", True),
-    (RolloutSettings(t_max=10, min_steps=6, policy_epsilon=0.1), None, True),
-    (RolloutSettings(t_max=10, reward_scale=0.25, reward_clip=0.7, cross_episode=True,
+                     reward_clip=0.7, gae_lambda=0.95), "ema", True),
+    (RolloutSettings(t_max=10, min_steps=10, normalize_advantages=True), "ema", True),
+    (RolloutSettings(t_max=10, min_steps=6), None, True),
+    (RolloutSettings(t_max=10, reward_scale=0.25, reward_clip=0.7, min_steps=10,
                      normalize_advantages=True), "rms", False),
     (RolloutSettings(t_max=10, reward_scale=0.5), None, False),
-], ids=["paper-rms", "clip-gae-ema-cap", "cross-ema", "min-eps", "fixed-cross", "fixed"])
+], ids=["paper-rms", "clip-gae-ema", "cross-ema", "min", "fixed-cross", "fixed"])
 def test_worker_with_one_targets_call_trains_bit_for_bit_as_the_separate_calls(
         settings, adv, reward_norm):
     def norm():
         return {None: None, "rms": AdvantageNormalizer(),
-                "ema": AdvantageNormalizer(horizon=50.0),
-                "ema-capped": AdvantageNormalizer(horizon=50.0, max_scale=2.0)}[adv]
+                "ema": AdvantageNormalizer(horizon=50.0)}[adv]
 
     new = _train(True, settings, norm(), reward_norm)
     old = _train(False, settings, norm(), reward_norm)
@@ -183,7 +176,7 @@ def test_warm_up_compiles_the_signature_a_worker_calls():
     warm_up()
     before = list(rollout_targets.signatures)
     for settings, adv, rn in ((RolloutSettings(t_max=10, normalize_advantages=True), "rms", True),
-                              (RolloutSettings(t_max=10, reward_scale=0.5, cross_episode=True,
-                                               policy_epsilon=0.1), None, False)):
+                              (RolloutSettings(t_max=10, reward_scale=0.5, min_steps=10),
+                               None, False)):
         _train(True, settings, AdvantageNormalizer() if adv else None, rn, rollouts=6)
     assert list(rollout_targets.signatures) == before and len(before) == 1

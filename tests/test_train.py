@@ -58,16 +58,12 @@ def test_cli_train_eval_resume_doom(tmp_path, monkeypatch, capsys):
     assert ck2.meta["counters"]["resumes"] == 1
 
 
-@pytest.mark.parametrize("clip", [None, "1.0"])
-def test_adam_moment_scalars_are_logged(tmp_path, clip):
-    """optim/* scalars: Adam's live moments, finite and positive once updates ran;
-    with the relative clip on, the fraction of updates it shrank (beta2 0.9: a
-    10-apply warm-up, and a clip at 1x the expected norm that must bite)."""
+def test_adam_moment_scalars_are_logged(tmp_path):
+    """optim/* scalars: Adam's live moments, finite and positive once updates ran."""
     run = str(tmp_path / "run")
-    extra = [] if clip is None else ["--adam-clip-relative", clip, "--adam-beta2", "0.9"]
     rc = main(["train", "--env", "CartPole-v1", "--workers", "1", "--total-steps", "0",
                "--total-seconds", "2.5", "--log-interval", "0.5", "--run-dir", run, "--quiet",
-               "--no-tensorboard", *extra])
+               "--no-tensorboard"])
     assert rc == 0
     vals = {}
     with open(os.path.join(run, "metrics.csv")) as fh:
@@ -76,14 +72,9 @@ def test_adam_moment_scalars_are_logged(tmp_path, clip):
                 vals.setdefault(row["name"], []).append(float(row["value"]))
     names = {"optim/adam_denominator_rms", "optim/adam_update_rms", "optim/grad_to_adam_ratio",
              "optim/param_change_rms", "optim/param_change_per_apply"}
-    frac = vals.pop("optim/relative_clip_fraction", None)
     assert set(vals) == names
     for name, v in vals.items():
         assert all(np.isfinite(x) and x > 0 for x in v), (name, v)
-    if clip is None:
-        assert frac is None
-    else:
-        assert frac and all(0.0 <= x <= 1.0 for x in frac) and max(frac) > 0, frac
 
 
 def test_rms_diff_matches_numpy():
@@ -302,20 +293,6 @@ def test_resume_with_a_larger_budget_anneals_over_it(tmp_path):
     ck4 = load_checkpoint(run)
     assert ck4.meta["optimizer_scalars"]["anneal_steps"] == 5000
     assert ck4.meta["optimizer_scalars"]["anneal_floor"] == pytest.approx(0.2)
-
-
-def test_policy_epsilon_changes_training_and_is_saved(tmp_path):
-    """--policy-epsilon: a one-worker run (deterministic for a seed) learns other
-    parameters than the same run without it, and the checkpoint keeps the value."""
-    params = {}
-    for eps in (0.0, 0.2):
-        cfg = Config(env="CartPole-v1", workers=1, total_steps=400, seed=3, quiet=True,
-                     tensorboard=False, checkpoint_interval=0, policy_epsilon=eps,
-                     run_dir=str(tmp_path / f"e{eps}"))
-        ck = load_checkpoint(Trainer(cfg).run().run_dir)
-        assert ck.meta["config"]["policy_epsilon"] == eps
-        params[eps] = ck.params
-    assert not np.array_equal(params[0.0], params[0.2])
 
 
 @pytest.mark.parametrize("extra, want", [

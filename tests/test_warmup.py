@@ -1,5 +1,5 @@
 """The trainer's warm-up compiles the update's kernels in a helper process
-(train.worker.warm_up_network) while it compiles the step: the helper's
+(a3c_core.warmup.warm_up_network) while it compiles the step: the helper's
 kernels must then load from the cache here, and the helper must not outlive
 its parent."""
 import json
@@ -12,13 +12,13 @@ from proc_util import REPO, alive, wait_gone
 
 # records, in the child, whether each helper start launched a process
 SPY = r"""
-from a3c_core.train import worker
+from a3c_core import warmup
 started = []
-orig = worker._Helper.start
+orig = warmup.CompileHelper.start
 def start(self):
     orig(self)
     started.append(self.proc is not None)
-worker._Helper.start = start
+warmup.CompileHelper.start = start
 """
 
 PARENT = SPY + r"""
@@ -26,9 +26,9 @@ import json, sys
 import numpy as np
 from a3c_core.nn.network import build_network
 
-worker.HELPER_DELAY_S = 0.0      # start the helper at once (a first run waits a few seconds)
+warmup.HELPER_DELAY_S = 0.0      # start the helper at once (a first run waits a few seconds)
 net = build_network(SPEC, SHAPE, 3)
-worker.warm_up_network(net, parallel=True)
+warmup.warm_up_network(net, parallel=True)
 from a3c_core.nn import kernels as K
 from a3c_core.sampling import sample_categorical
 def counts(d):
@@ -58,7 +58,7 @@ def test_update_kernels_compiled_by_the_helper_load_from_the_cache(tmp_path):
 
 def test_no_helper_with_a_warm_cache_or_when_not_parallel(tmp_path):
     code = PARENT.replace("SPEC", repr("mlp")).replace("SHAPE", repr((4,))).replace(
-        "worker.HELPER_DELAY_S = 0.0", "pass").replace("parallel=True", "parallel=False")
+        "warmup.HELPER_DELAY_S = 0.0", "pass").replace("parallel=True", "parallel=False")
     out = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path / "cache"),
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
@@ -68,9 +68,9 @@ def test_no_helper_with_a_warm_cache_or_when_not_parallel(tmp_path):
 
 KILLED = r"""
 import sys, time
-from a3c_core.train import worker
-h = worker._Helper({"name": "doom-lstm", "obs_shape": [1, 84, 84], "n_actions": 3,
-                    "kwargs": {}, "dtype": "float32"})
+from a3c_core import warmup
+h = warmup.CompileHelper({"name": "doom-lstm", "obs_shape": [1, 84, 84], "n_actions": 3,
+                          "kwargs": {}, "dtype": "float32"})
 h.start()
 print(h.proc.pid, flush=True)
 time.sleep(600)
@@ -96,7 +96,7 @@ COMPILE = SPY + r"""
 import json, sys
 from a3c_core import compile as comp
 
-worker._Helper.arm = worker._Helper.start      # at once, not after its delay
+warmup.CompileHelper.arm = warmup.CompileHelper.start      # at once, not after its delay
 comp.warm_up(specs=["mlp", "mlp-lstm"], parallel=True)
 n, hits, misses, dirs, compiled, unsaved = comp.cache_stats()
 print(json.dumps({"started": started, "hits": hits, "misses": misses}))
@@ -119,20 +119,20 @@ def test_compile_with_a_helper_leaves_a_complete_cache(tmp_path):
 
 
 def test_helper_allowed_follows_the_environment(monkeypatch):
-    from a3c_core.train import worker
+    from a3c_core import warmup
 
-    monkeypatch.setattr(worker, "_usable_cpus", lambda: 2)
+    monkeypatch.setattr(warmup, "_usable_cpus", lambda: 2)
     monkeypatch.delenv("A3C_COMPILE_HELPER", raising=False)
-    assert worker.helper_allowed()
+    assert warmup.helper_allowed()
     for off in ("0", "false", "OFF"):
         monkeypatch.setenv("A3C_COMPILE_HELPER", off)
-        assert not worker.helper_allowed()
+        assert not warmup.helper_allowed()
     monkeypatch.setenv("A3C_COMPILE_HELPER", "1")
-    monkeypatch.setattr(worker, "_usable_cpus", lambda: 1)
-    assert not worker.helper_allowed()
-    monkeypatch.setattr(worker, "_usable_cpus", lambda: 2)
-    monkeypatch.setattr(worker.sys, "frozen", True, raising=False)
-    assert not worker.helper_allowed()
+    monkeypatch.setattr(warmup, "_usable_cpus", lambda: 1)
+    assert not warmup.helper_allowed()
+    monkeypatch.setattr(warmup, "_usable_cpus", lambda: 2)
+    monkeypatch.setattr(warmup.sys, "frozen", True, raising=False)
+    assert not warmup.helper_allowed()
 
 
 def test_helper_imports_this_process_a3c_core(tmp_path):
@@ -141,19 +141,19 @@ def test_helper_imports_this_process_a3c_core(tmp_path):
     submodules and compiled extensions included: its kernels must land in
     the cache under this tree's paths."""
     import a3c_core
-    from a3c_core.train import worker
+    from a3c_core import warmup
 
     other = tmp_path / "a3c_core"
     other.mkdir()
     (other / "__init__.py").write_text("raise ImportError('the other tree was imported')\n")
-    code = ("import a3c_core, a3c_core.train.worker as w, a3c_core._hogwild as h; "
+    code = ("import a3c_core, a3c_core.warmup as w, a3c_core._hogwild as h; "
             "print(a3c_core.__file__); print(w.__file__); print(h.__file__)")
-    out = subprocess.run([sys.executable, "-c", worker._HELPER_IMPORTS + code],
+    out = subprocess.run([sys.executable, "-c", warmup._HELPER_IMPORTS + code],
                          cwd=str(tmp_path), capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     pkg, mod, ext = out.stdout.split()
     assert os.path.samefile(pkg, a3c_core.__file__)
-    assert os.path.samefile(mod, worker.__file__)
+    assert os.path.samefile(mod, warmup.__file__)
     assert os.path.dirname(os.path.abspath(ext)) == os.path.dirname(os.path.abspath(a3c_core.__file__))
     # without it the other tree is found first (so the check above can fail)
     plain = subprocess.run([sys.executable, "-c", "import a3c_core"], cwd=str(tmp_path),

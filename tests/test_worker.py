@@ -268,7 +268,7 @@ def test_skipped_update_makes_the_next_rollout_pull():
     assert not w._fresh or np.array_equal(net.params, shared.params)
 
 
-# -- rollouts across episode boundaries (cross_episode) --------------------------
+# -- rollouts across episode boundaries (min_steps = t_max) ----------------------
 
 class _ScaleSpyStore(RecordingStore):
     def __init__(self, n_params):
@@ -282,14 +282,15 @@ class _ScaleSpyStore(RecordingStore):
 
 def _cross_worker(env, t_max, *, spec="mlp", gamma=0.5, reward_scale=1.0, boot_trunc=True,
                   min_steps=None):
-    """cross_episode=True, or min_steps=K (cross_episode off) when given."""
+    """min_steps=t_max (every rollout t_max steps, across episodes), or
+    min_steps=K when given."""
     kw = {"hidden": (8,)} if spec == "mlp" else {"hidden": (8,), "lstm_size": 4}
     net = SpyNet(build_network(spec, (2,), 2, seed=0, **kw))
     pipe = ObsPipeline({"kind": "vector"}, env.obs_shape)
     store = _ScaleSpyStore(net.n_params)
     s = RolloutSettings(t_max=t_max, gamma=gamma, gae_lambda=1.0, reward_scale=reward_scale,
-                        bootstrap_truncated=boot_trunc, cross_episode=min_steps is None,
-                        min_steps=min_steps or 0)
+                        bootstrap_truncated=boot_trunc,
+                        min_steps=t_max if min_steps is None else min_steps)
     return Worker(0, env, net, pipe, store, s, np.random.default_rng(0)), net, store
 
 
@@ -377,18 +378,6 @@ def test_min_rollout_longer_episodes_end_their_rollouts_as_before():
     assert store.episodes == store0.episodes and store.steps == store0.steps == 10
 
 
-def test_min_rollout_of_t_max_is_cross_episode():
-    a = _cross_worker(ScriptedEnv([1.0, 2.0, 3.0]), t_max=5, min_steps=5, reward_scale=None)
-    b = _cross_worker(ScriptedEnv([1.0, 2.0, 3.0]), t_max=5, reward_scale=None)
-    for _ in range(3):
-        assert a[0].rollout() == b[0].rollout()
-    for ca, cb in zip(a[1].calls, b[1].calls):
-        np.testing.assert_array_equal(ca["obs"], cb["obs"])
-        np.testing.assert_array_equal(ca["returns"], cb["returns"])
-    for ka, kb in zip(a[2].scale_calls, b[2].scale_calls):
-        np.testing.assert_array_equal(ka, kb)
-
-
 # -- merge_below: the switch to rollouts across episodes once episodes are short ---
 
 def _merge_worker(env, t_max, merge_below, window, spec="mlp"):
@@ -460,64 +449,3 @@ def test_merge_below_off_never_tracks_or_switches():
     for _ in range(6):
         assert w.rollout()[0] == 1
     assert not w.merging and w.mean_episode_length() is None
-
-
-class _EntropyStore(RecordingStore):
-    def __init__(self, n_params, ctl):
-        super().__init__(n_params)
-        self.ctl = ctl
-        self.seen = []
-
-    def entropy_beta(self, entropy_sum=0.0, n=0):
-        self.seen.append((entropy_sum, n))
-        return self.ctl.update(entropy_sum, n)
-
-
-def test_entropy_floor_feeds_the_controllers_coefficient_to_each_update():
-    """entropy_target > 0: update k uses the coefficient the controller gave
-    after updates 0..k-1, and the controller sees each update's summed
-    entropy and step count; without a target the fixed entropy_beta is used
-    and the store is never asked."""
-    from a3c_core.core.normalize import EntropyController
-
-    env = ScriptedEnv([1.0, 0.0, 2.0, 0.0, 1.0])
-    net = SpyNet(build_network("mlp", (2,), 2, hidden=(8,), seed=0))
-    pipe = ObsPipeline({"kind": "vector"}, env.obs_shape)
-    # target above ln 2: always binding, so the coefficient rises every update
-    ctl = EntropyController(1.0, 0.01, rate=0.05)
-    twin = EntropyController(1.0, 0.01, rate=0.05)
-    store = _EntropyStore(net.n_params, ctl)
-    s = RolloutSettings(t_max=2, gamma=0.5, reward_scale=1.0, entropy_beta=0.01,
-                        entropy_target=1.0)
-    w = Worker(0, env, net, pipe, store, s, np.random.default_rng(0))
-    for _ in range(6):
-        w.rollout()
-    betas = [c["kw"]["entropy_beta"] for c in net.calls]
-    want = [twin.update(0.0, 0)]
-    for c in net.calls[:-1]:
-        want.append(twin.update(c["entropy"], len(c["returns"])))
-    assert betas == pytest.approx(want, rel=1e-12)
-    assert betas[0] == 0.01 and all(b2 > b1 for b1, b2 in zip(betas, betas[1:]))
-    assert store.seen[0] == (0.0, 0)
-    assert [n for _, n in store.seen[1:]] == [len(c["returns"]) for c in net.calls]
-
-    net2 = SpyNet(build_network("mlp", (2,), 2, hidden=(8,), seed=0))
-    store2 = _EntropyStore(net2.n_params, ctl)
-    w2 = Worker(0, ScriptedEnv([1.0, 0.0, 2.0]), net2, pipe, store2,
-                RolloutSettings(t_max=2, reward_scale=1.0, entropy_beta=0.03),
-                np.random.default_rng(0))
-    w2.rollout()
-    w2.rollout()
-    assert [c["kw"]["entropy_beta"] for c in net2.calls] == [0.03, 0.03]
-    assert store2.seen == []
-
-
-def test_uniform_kl_setting_reaches_the_update():
-    net = SpyNet(build_network("mlp", (2,), 2, hidden=(8,), seed=0))
-    env = ScriptedEnv([1.0, 0.0, 2.0])
-    pipe = ObsPipeline({"kind": "vector"}, env.obs_shape)
-    w = Worker(0, env, net, pipe, RecordingStore(net.n_params),
-               RolloutSettings(t_max=2, reward_scale=1.0, uniform_kl=0.4),
-               np.random.default_rng(0))
-    w.rollout()
-    assert net.calls[0]["kw"]["uniform_kl"] == 0.4

@@ -27,14 +27,12 @@ VecNormalize), which bounds what one outlier reward does to the critic.
 from __future__ import annotations
 
 import math
-import threading
 
 import numpy as np
 
 from a3c_core._jit import kernel
 
-__all__ = ["ReturnNormalizer", "AdvantageNormalizer", "EntropyController", "running_returns",
-           "merge_stats"]
+__all__ = ["ReturnNormalizer", "AdvantageNormalizer", "running_returns", "merge_stats"]
 
 
 # The per-rollout statistics below run as compiled nogil kernels: as ~15
@@ -103,8 +101,8 @@ def running_returns(rewards, gamma, acc):
 # among the worker threads without a lock, and a worker can merge from
 # inside its own compiled code (``rollout_targets`` in train.worker).
 ST_COUNT, ST_MEAN, ST_M2, ST_SCALE, ST_MEAN_SQ = range(5)
-# ``params`` (float64): kind (below), eps, min_count, horizon, max_scale (inf: no cap)
-P_KIND, P_EPS, P_MIN, P_HORIZON, P_MAX = range(5)
+# ``params`` (float64): kind (below), eps, min_count, horizon
+P_KIND, P_EPS, P_MIN, P_HORIZON = range(4)
 KIND_RETURN, KIND_RMS, KIND_EMA = 0, 1, 2
 
 
@@ -128,7 +126,7 @@ def merge_stats(st, prm, x):
             st[ST_MEAN_SQ] = keep * st[ST_MEAN_SQ] + (1.0 - keep) * ms_b
         st[ST_COUNT] += n_b
         if st[ST_COUNT] >= prm[P_MIN]:
-            st[ST_SCALE] = min(1.0 / math.sqrt(st[ST_MEAN_SQ] + prm[P_EPS]), prm[P_MAX])
+            st[ST_SCALE] = 1.0 / math.sqrt(st[ST_MEAN_SQ] + prm[P_EPS])
         return st[ST_SCALE]
     n_a = st[ST_COUNT]
     n = n_a + n_b
@@ -141,7 +139,7 @@ def merge_stats(st, prm, x):
         if kind == KIND_RETURN:
             st[ST_SCALE] = 1.0 / math.sqrt(m2 / n + prm[P_EPS])
         else:
-            st[ST_SCALE] = min(1.0 / math.sqrt(m2 / n + mean * mean + prm[P_EPS]), prm[P_MAX])
+            st[ST_SCALE] = 1.0 / math.sqrt(m2 / n + mean * mean + prm[P_EPS])
     return st[ST_SCALE]
 
 
@@ -168,7 +166,7 @@ class ReturnNormalizer:
         #: count, mean, m2, scale, mean_sq (see merge_stats); written only by
         #: merge_stats and by whole-array assignments, each atomic under the GIL
         self.stats = np.array([0.0, 0.0, 0.0, 1.0, 0.0])
-        self.params = np.array([self._kind, self.eps, self.min_count, 0.0, math.inf])
+        self.params = np.array([self._kind, self.eps, self.min_count, 0.0])
 
     count = property(lambda self: int(self.stats[ST_COUNT]))
     mean = property(lambda self: float(self.stats[ST_MEAN]))
@@ -232,27 +230,18 @@ class AdvantageNormalizer(ReturnNormalizer):
     the advantages are not centred.
     """
 
-    def __init__(self, *, eps=1e-8, min_count=2, horizon=None, max_scale=None):
+    def __init__(self, *, eps=1e-8, min_count=2, horizon=None):
         super().__init__(1.0, eps=eps, min_count=min_count)
         if horizon is not None and not (horizon >= 1 and math.isfinite(horizon)):
             raise ValueError(f"horizon must be None or a finite number >= 1, got {horizon!r}")
-        if max_scale is not None and not (max_scale > 0 and math.isfinite(max_scale)):
-            raise ValueError(f"max_scale must be None or a finite number > 0, got {max_scale!r}")
         self.horizon = None if horizon is None else float(horizon)
-        #: cap on the multiplier (None: none): advantages are scaled down to a
-        #: unit RMS, but amplified at most this much once they are small
-        self.max_scale = None if max_scale is None else float(max_scale)
         self.params[:] = (KIND_RMS if horizon is None else KIND_EMA, self.eps, self.min_count,
-                          self.horizon or 0.0,
-                          math.inf if max_scale is None else self.max_scale)
+                          self.horizon or 0.0)
 
     mean_sq = property(lambda self: float(self.stats[ST_MEAN_SQ]))
 
-    def _capped(self, scale):
-        return scale if self.max_scale is None else min(scale, self.max_scale)
-
     def _scale_from(self, n, mean, m2):
-        return self._capped(1.0 / math.sqrt(m2 / n + mean * mean + self.eps))
+        return 1.0 / math.sqrt(m2 / n + mean * mean + self.eps)
 
     def update(self, advantages) -> float:
         return self._merge(advantages, "AdvantageNormalizer.update: advantages")
@@ -275,90 +264,6 @@ class AdvantageNormalizer(ReturnNormalizer):
                              f"(or mean, m2); got {d!r}") from None
         if count < 0 or ms < 0 or not math.isfinite(ms):
             raise ValueError(f"advantage normalizer state is invalid: {d!r}")
-        scale = self._capped(1.0 / math.sqrt(ms + self.eps)) if count >= self.min_count else 1.0
+        scale = 1.0 / math.sqrt(ms + self.eps) if count >= self.min_count else 1.0
         self.stats[:] = (count, 0.0, 0.0, scale, ms)
 
-
-class EntropyController:
-    """An entropy floor: the entropy coefficient rises while the policy's
-    entropy is below a target, and falls back to its base value above it.
-
-    Why: after doom:basic converges, its policy's mean entropy falls to
-    0.001-0.01 nats (of ln 3 = 1.1).  There the entropy bonus has no pull left
-    (dH/dlogits -> 0 as the policy turns deterministic), the agent stops
-    exploring, and the runs that later collapsed all sat there first, while
-    a run whose entropy stayed near 0.15 nats did not collapse
-    (bench/RESULTS.md).  This is the automatic temperature of SAC (Haarnoja
-    et al. 2018, a target entropy and a log-coefficient moved by the entropy
-    error), with two changes: the coefficient never drops below the
-    configured ``beta`` (the controller is a floor, not a schedule: while the
-    entropy is above target, as in all of early training, nothing changes),
-    and the error is relative and clipped, ``e = clip((target - H) / target,
-    -1, 1)``, so one ``rate`` fits every action count.
-
-    Per update of ``n`` steps with mean entropy ``H``:
-    ``log_mult = clip(log_mult + rate * n * e, 0, ln(max_mult))`` and
-    ``beta_now = beta * exp(log_mult)``.  With the default ``rate`` of 1e-4
-    the coefficient moves by a factor e per 10,000 agent steps at full error
-    (a few seconds of a 2-worker run).  Workers merge under a small lock once
-    per update and read ``beta_now`` without it (a stale read delays the
-    coefficient by one update).  Saved in checkpoints, restored on resume.
-
-    Measured (bench/RESULTS.md, third session of 2026-11-25), target 0.1 of
-    ln 3 on doom:basic: two of three converged runs were lifted from ~0.05
-    to ~0.2 nats once the coefficient reached ~x12, and stayed learned; in
-    the third the coefficient wound up to x19 before the saturated softmax
-    moved (dH/dlogits is tiny there), and the policy then jumped to uniform
-    play for ~7 s.  So the trainer leaves it off unless asked.
-    """
-
-    def __init__(self, target, beta, *, rate=1e-4, max_mult=100.0):
-        for name, v in (("target", target), ("rate", rate)):
-            if not (v > 0 and math.isfinite(v)):
-                raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-        if not (beta >= 0 and math.isfinite(beta)):
-            raise ValueError(f"beta must be a finite number >= 0, got {beta!r}")
-        if not (max_mult >= 1 and math.isfinite(max_mult)):
-            raise ValueError(f"max_mult must be a finite number >= 1, got {max_mult!r}")
-        self.target = float(target)
-        self.beta = float(beta)
-        self.rate = float(rate)
-        self.max_log = math.log(float(max_mult))
-        self._lock = threading.Lock()
-        self.log_mult = 0.0
-        self.beta_now = self.beta
-
-    @property
-    def multiplier(self) -> float:
-        return math.exp(self.log_mult)
-
-    def update(self, entropy_sum, n) -> float:
-        """Merge one update's summed entropy over ``n`` steps; returns the
-        coefficient for the next update."""
-        n = int(n)
-        if n <= 0:
-            return self.beta_now
-        h = float(entropy_sum) / n
-        if not math.isfinite(h):
-            raise ValueError(f"EntropyController.update: entropy is {h!r}")
-        err = min(1.0, max(-1.0, (self.target - h) / self.target))
-        with self._lock:
-            self.log_mult = min(self.max_log, max(0.0, self.log_mult + self.rate * n * err))
-            self.beta_now = self.beta * math.exp(self.log_mult)
-            return self.beta_now
-
-    def state_dict(self) -> dict:
-        with self._lock:
-            return {"log_mult": float(self.log_mult), "target": self.target, "beta": self.beta}
-
-    def load_state_dict(self, d) -> None:
-        try:
-            lm = float(d["log_mult"])
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(f"entropy controller state must have log_mult; got {d!r}") from None
-        if not math.isfinite(lm):
-            raise ValueError(f"entropy controller state is invalid: {d!r}")
-        with self._lock:
-            # the configured beta and bounds apply; only the learned multiplier carries over
-            self.log_mult = min(self.max_log, max(0.0, lm))
-            self.beta_now = self.beta * math.exp(self.log_mult)

@@ -61,7 +61,6 @@ per update, staggered 1.42-1.54x, two threads on private arrays (no sharing
 at all) 1.44-1.58x: staggering removes the contention, the rest is memory
 bandwidth (Adam streams 7 arrays).  RMSProp (5 arrays): 1.03-1.55x.
 """
-import math
 import threading
 
 import numpy as np
@@ -119,7 +118,7 @@ class Optimizer:
             setattr(self, a, _hugepages.zeros(self.n_params, np.float32))
 
     def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0,
-              out=None, grad_sumsq=None):  # pragma: no cover
+              out=None):  # pragma: no cover
         raise NotImplementedError
 
     def _spans(self, offset, *arrays):
@@ -152,11 +151,6 @@ class Optimizer:
         if self.anneal_steps > 0:
             return self.lr * max(self.anneal_floor, 1.0 - global_step / self.anneal_steps)
         return self.lr
-
-    def clip_scale(self, norm):
-        """Extra clip factor (<= 1) for a gradient of L2 norm ``norm``: 1.0 here;
-        :class:`Adam` clips relative to its second moments (``clip_relative``)."""
-        return 1.0
 
     def state_dict(self):
         """dict: 'name', float hyper-parameters, int counters, statistic arrays (copies)."""
@@ -212,8 +206,7 @@ class SGD(Optimizer):
         super().__init__(n_params)
         self.lr = _check_float("lr", lr, lo=0.0)
 
-    def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0, out=None,
-              grad_sumsq=None):
+    def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0, out=None):
         for sl in self._spans(offset, params, grads, *_opt(out)):
             _hogwild.sgd_apply(params[sl], grads[sl], self.lr, grad_scale, _sl(out, sl))
 
@@ -243,8 +236,7 @@ class RMSProp(Optimizer):
         self.anneal_steps = _check_positive_int("anneal_steps", anneal_steps, allow_zero=True)
         self.anneal_floor = _check_float("anneal_floor", anneal_floor, lo=0.0, hi=1.0)
 
-    def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0, out=None,
-              grad_sumsq=None):
+    def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0, out=None):
         lr, ms = self.lr_at(global_step), self.square_avg
         for sl in self._spans(offset, params, grads, *_opt(out)):
             _hogwild.rmsprop_apply(params[sl], grads[sl], ms[sl], lr, self.alpha, self.eps,
@@ -280,16 +272,12 @@ class Adam(Optimizer):
     """
 
     name = "adam"
-    _hyper = ("lr", "beta1", "beta2", "eps", "clip_relative", "anneal_floor")
+    _hyper = ("lr", "beta1", "beta2", "eps", "anneal_floor")
     _ints = ("step", "anneal_steps")
     _arrays = ("exp_avg", "exp_avg_sq")
 
-    #: applies between exact recomputations of sum(v) (the running scalar
-    #: recurrence is exact up to rounding and Hogwild's lost element updates)
-    RESYNC_EVERY = 1000
-
     def __init__(self, n_params, lr=1e-4, beta1=0.9, beta2=0.999, eps=1e-8,
-                 clip_relative=0.0, amsgrad=False, anneal_steps=0, anneal_floor=0.0):
+                 amsgrad=False, anneal_steps=0, anneal_floor=0.0):
         if not isinstance(amsgrad, (bool, np.bool_)):
             raise TypeError(f"amsgrad must be a bool, got {type(amsgrad).__name__}")
         #: AMSGrad: the step divides by the running maximum of v (one more array)
@@ -301,22 +289,13 @@ class Adam(Optimizer):
         self.beta1 = _check_float("beta1", beta1, lo=0.0, hi=1.0, hi_open=True)
         self.beta2 = _check_float("beta2", beta2, lo=0.0, hi=1.0, hi_open=True)
         self.eps = _check_float("eps", eps, lo=0.0, lo_open=True)
-        self.clip_relative = _check_float("clip_relative", clip_relative, lo=0.0)
         self.anneal_steps = _check_positive_int("anneal_steps", anneal_steps, allow_zero=True)
         self.anneal_floor = _check_float("anneal_floor", anneal_floor, lo=0.0, hi=1.0)
         self.step = 0
-        self.relative_clips = 0    # applies whose gradient clip_scale shrank
-        self.relative_checks = 0   # applies clip_scale was asked about while the clip is on
         self._lock = threading.Lock()
-        self._v_sum = 0.0          # sum(exp_avg_sq) (zeros now), kept by a scalar recurrence
-        self._v_sum_step = 0       # step at which _v_sum was exact; None: unknown
 
-    def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0, out=None,
-              grad_sumsq=None):
-        """One Adam step; ``grad_sumsq`` (sum of the UNSCALED grads' squares, as
-        :class:`~a3c_core.core.shared.SharedState` has it from its norm pass)
-        keeps the running ``sum(v)`` that :meth:`clip_scale` needs without a
-        pass over ``v``; without it that sum is recomputed when next needed."""
+    def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0, out=None):
+        """One Adam step (the shared step count incremented first)."""
         with self._lock:
             self.step += 1
             t = self.step
@@ -334,66 +313,6 @@ class Adam(Optimizer):
             with self._lock:       # rejected before anything was written
                 self.step -= 1
             raise
-        with self._lock:
-            if grad_sumsq is None or self._v_sum_step is None:
-                self._v_sum_step = None
-            else:
-                # v_new = b2*v + (1-b2)*d*d element-wise, so the sums obey the
-                # same recurrence with ||d||^2 = (grad_scale*||g||)^2
-                self._v_sum = (self.beta2 * self._v_sum
-                               + (1.0 - self.beta2) * grad_scale * grad_scale * float(grad_sumsq))
-
-    def expected_grad_norm(self):
-        """sqrt(sum(v_hat)): the gradient norm Adam's second moments expect now
-        (0 before the first apply)."""
-        t = self.step
-        if t <= 0:
-            return 0.0
-        with self._lock:
-            if self._v_sum_step is None or t - self._v_sum_step >= self.RESYNC_EVERY:
-                self._v_sum = float(np.sum(self.exp_avg_sq, dtype=np.float64))
-                self._v_sum_step = t
-            s = self._v_sum
-        return math.sqrt(max(s, 0.0) / (1.0 - self.beta2 ** t))
-
-    def clip_scale(self, norm):
-        """Factor (<= 1) for a gradient of L2 norm ``norm``, from ``clip_relative``.
-
-        With ``clip_relative = c > 0`` a gradient longer than ``c`` times
-        :meth:`expected_grad_norm` is scaled down to that length.  Why: after
-        an agent converges its gradients shrink and so does ``v`` (18-42x on
-        doom:basic, bench/RESULTS.md); a burst of early-training size is then
-        tens of times what ``v`` expects and Adam moves nearly every parameter
-        by its maximum, ``(1-beta1)/sqrt(1-beta2)`` (3.2) times lr, for several
-        updates.  Clipped at ``c`` times the expected norm, the first update of
-        a burst moves a weight by about ``(1-beta1)*c`` (0.4 at c = 4) times
-        lr; a burst that goes on fills ``m`` and approaches ``c`` times lr while
-        ``v`` grows by ``(1-beta2)*(c*c-1)`` (1.5 % at c = 4) per apply toward
-        the new scale, so a lasting change of gradient scale is followed within
-        a few hundred applies.  Inactive
-        for the first ``1/(1-beta2)`` applies, until ``v`` has averaged over one
-        time constant of gradients.  1.0 when off or below the threshold.
-        """
-        c = self.clip_relative
-        if c <= 0.0:
-            return 1.0
-        if self.step < round(1.0 / (1.0 - self.beta2)) or not norm > 0.0:
-            scale = 1.0
-        else:
-            limit = c * self.expected_grad_norm()
-            scale = 1.0 if norm <= limit else limit / norm
-        with self._lock:
-            # both counters move together, so a reader of relative_clip_counts()
-            # never sees a clip whose check it has not seen
-            self.relative_checks += 1
-            self.relative_clips += scale < 1.0
-        return scale
-
-    def relative_clip_counts(self):
-        """``(clips, checks)``, read together: applies the relative clip shrank,
-        and applies it was consulted on (every apply while ``clip_relative > 0``)."""
-        with self._lock:
-            return self.relative_clips, self.relative_checks
 
     def load_state_dict(self, d):
         if self.amsgrad and isinstance(d, dict) and "max_exp_avg_sq" not in d \
@@ -401,8 +320,6 @@ class Adam(Optimizer):
             # a state saved without AMSGrad: the running maximum starts at v
             d = dict(d, max_exp_avg_sq=d["exp_avg_sq"])
         super().load_state_dict(d)
-        with self._lock:
-            self._v_sum_step = None
 
     def __repr__(self):
         return super().__repr__()[:-1] + (", amsgrad=True)" if self.amsgrad else ")")

@@ -119,10 +119,6 @@ class SharedState:
     def apply(self, grads, max_grad_norm=None, global_step=None, offset=0, sync_to=None):
         """Clip by global norm and apply the optimizer to the shared params.
 
-        The clip is the smaller of ``max_grad_norm`` and the optimizer's own
-        :meth:`~a3c_core.core.optim.Optimizer.clip_scale` (Adam's
-        ``clip_relative``: a multiple of the norm its second moments expect).
-
         Returns ``(norm, applied)``.  Non-finite gradients are not applied
         (params and statistics untouched) and increment ``skipped_updates``;
         otherwise ``updates`` is incremented.  The clip factor is folded into
@@ -138,11 +134,9 @@ class SharedState:
         if not finite:
             self.add_skipped_updates(1)
             return norm, False
-        scale = min(scale, self.optimizer.clip_scale(norm))
         self.optimizer.apply(self.params, grads,
                              self.steps if global_step is None else global_step,
-                             grad_scale=scale, offset=offset, out=sync_to,
-                             grad_sumsq=norm * norm)
+                             grad_scale=scale, offset=offset, out=sync_to)
         self.add_updates(1)
         return norm, True
 

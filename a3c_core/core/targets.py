@@ -12,8 +12,7 @@ rollout's raw rewards into the update's inputs:
 3. GAE(gamma, lambda) per episode segment, each with its own bootstrap value;
 4. scale the advantages by the shared
    :class:`~a3c_core.core.normalize.AdvantageNormalizer`, after merging
-   them into it (when it is given);
-5. multiply them by the policy-epsilon weights (when asked).
+   them into it (when it is given).
 
 As some fifteen numpy, Numba and Cython calls with their Python between
 them, this held the GIL ~40-60 µs per update on a 2-core VM (a worker's
@@ -62,10 +61,10 @@ def gae_into(r, v, boot, gamma, lam, ret, adv):
 @kernel(nogil=False, fastmath=False)
 def rollout_targets(raw, n, seg_end, seg_boot, seg_ended, seg_acc, seg_raw, n_seg, reward_clip,
                     fixed_scale, gamma, norm_clip, rn_stats, rn_params, values, lam, an_stats,
-                    an_params, pg_w, use_pg, clip_buf, rets_buf, adv64_buf, rewards, ret, adv):
-    """Steps 1-5 of the module docstring for the first ``n`` steps.
+                    an_params, clip_buf, rets_buf, adv64_buf, rewards, ret, adv):
+    """Steps 1-4 of the module docstring for the first ``n`` steps.
 
-    ``raw`` (float64), ``values``/``pg_w`` (float32): the rollout's arrays.
+    ``raw`` (float64), ``values`` (float32): the rollout's arrays.
     Segment k covers ``[seg_end[k-1], seg_end[k])`` (from 0), bootstraps
     from ``seg_boot[k]`` and, when ``seg_ended[k]``, ends its episode (the
     running return restarts after it).  ``seg_acc[k]`` (float64, in and
@@ -128,9 +127,6 @@ def rollout_targets(raw, n, seg_end, seg_boot, seg_ended, seg_acc, seg_raw, n_se
         s32 = np.float32(scale)
         for i in range(n):
             adv[i] = adv[i] * s32
-    if use_pg:
-        for i in range(n):
-            adv[i] = adv[i] * pg_w[i]
     return TARGETS_OK
 
 
@@ -146,5 +142,4 @@ def warm_up():
     return rollout_targets(np.zeros(n), n, seg_end, f64.copy(), np.zeros(n, np.bool_),
                            f64.copy(), f64.copy(), 1, 0.0, float("nan"), 0.99, 10.0, rn.stats,
                            rn.params, f32.copy(), 1.0, an.stats, an.params,
-                           np.ones(n, np.float32), False, f64.copy(), f64.copy(), f64.copy(),
-                           f32.copy(), f32.copy(), f32.copy())
+                           f64.copy(), f64.copy(), f64.copy(), f32.copy(), f32.copy(), f32.copy())

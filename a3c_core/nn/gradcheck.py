@@ -70,7 +70,7 @@ def random_rollout(net, steps, rng):
 
 def gradcheck(spec_or_net="doom-lstm", *, steps=3, seed=0, eps=1e-4, obs_shape=None,
               n_actions=3, max_entries=20, directions=3, value_coef=0.5, entropy_beta=0.01,
-              uniform_kl=0.0, return_details=False):
+              return_details=False):
     """Check the analytic A3C-loss gradient of a network in float64.
 
     ``spec_or_net``: a spec name or a :class:`Network` (copied to float64).
@@ -87,7 +87,7 @@ def gradcheck(spec_or_net="doom-lstm", *, steps=3, seed=0, eps=1e-4, obs_shape=N
         net = build_network(spec_or_net, obs_shape, n_actions, dtype=np.float64, seed=seed)
     rng = np.random.default_rng(seed)
     obs, actions, returns, advantages, state = random_rollout(net, steps, rng)
-    kw = {"value_coef": value_coef, "entropy_beta": entropy_beta, "uniform_kl": uniform_kl}
+    kw = {"value_coef": value_coef, "entropy_beta": entropy_beta}
 
     _, grads = net.loss_and_grad(obs, actions, returns, advantages, state, **kw)
     analytic = {k: v.copy() for k, v in grads.items()}

@@ -48,7 +48,7 @@ from numba.extending import intrinsic, overload, register_jitable
 
 from a3c_core._jit import FASTMATH, kernel
 from a3c_core.nn.blas import gemm
-from a3c_core.sampling import sample_categorical, sample_mixed
+from a3c_core.sampling import sample_categorical
 
 ACT_CODES = {"elu": 0, "relu": 1, "identity": 2}
 
@@ -532,15 +532,14 @@ def lstm_seq_backward_reset(dhs__th, dhT__h, dcT__h, w_hh__gh, hs__th, cs__th, c
 
 @kernel
 def heads_loss(h__th, wp__ah, bp__a, wv__1h, bv__1, actions__t, returns__t, adv__t,
-               value_coef, entropy_beta, uniform_kl,
+               value_coef, entropy_beta,
                probs__ta, values__t, dh__th, dwp__ah, dbp__a, dwv__1h, dbv__1):
     """Policy/value heads, softmax, A3C loss and its backward, over T steps.
 
     Writes probs ``(T, A)``, values ``(T,)``, dh ``(T, H)`` (overwritten) and
     the head gradients (overwritten).  Returns ``(policy_loss, value_loss,
-    entropy, kl)`` as floats; the loss is ``policy_loss + value_coef*value_loss
-    - entropy_beta*entropy + uniform_kl*kl`` with ``kl = sum_t KL(U || pi_t)``
-    (U uniform over the actions; its logit gradient is ``p - 1/A``).
+    entropy)`` as floats; the loss is ``policy_loss + value_coef*value_loss
+    - entropy_beta*entropy``.
     """
     t_len, hd = h__th.shape
     na = wp__ah.shape[0]
@@ -553,9 +552,6 @@ def heads_loss(h__th, wp__ah, bp__a, wv__1h, bv__1, actions__t, returns__t, adv_
     pl = 0.0
     vl = 0.0
     ent = 0.0
-    kl = 0.0
-    inv_na = 1.0 / na
-    log_na = np.log(na)
     for t in range(t_len):
         m = -np.inf
         for a in range(na):
@@ -576,15 +572,12 @@ def heads_loss(h__th, wp__ah, bp__a, wv__1h, bv__1, actions__t, returns__t, adv_
             s += np.exp(logits[a] - m)
         lse = np.log(s)
         h_t = 0.0
-        kl_t = -log_na
         for a in range(na):
             lp = logits[a] - m - lse
             logits[a] = lp                      # now log-probs
             p = np.exp(lp)
             probs__ta[t, a] = p
             h_t -= p * lp
-            kl_t -= inv_na * lp
-        kl += kl_t
         act = actions__t[t]
         advt = adv__t[t]
         pl -= logits[act] * advt
@@ -598,14 +591,14 @@ def heads_loss(h__th, wp__ah, bp__a, wv__1h, bv__1, actions__t, returns__t, adv_
             dwv__1h[0, k] += dv * h__th[t, k]
         for a in range(na):
             p = np.exp(logits[a])
-            dl = p * advt + entropy_beta * p * (logits[a] + h_t) + uniform_kl * (p - inv_na)
+            dl = p * advt + entropy_beta * p * (logits[a] + h_t)
             if a == act:
                 dl -= advt
             dbp__a[a] += dl
             for k in range(hd):
                 dh__th[t, k] += dl * wp__ah[a, k]
                 dwp__ah[a, k] += dl * h__th[t, k]
-    return pl, vl, ent, kl
+    return pl, vl, ent
 
 
 # ---------------------------------------------------------------------------
@@ -1257,15 +1250,14 @@ def _call_frame_fn(typingctx, fn, ctx, src, dst):
 @kernel
 def doom_act_packed(t, raw, prep_fn, prep_ctx, obs__chw, h0__h, c0__h, from_rows, probs__a,
                     params, scratch, offs1, meta, ints, obs__tchw, z1__ro, flat2__tn, fc__tn,
-                    gates__tg, hs__th, cs__th, u, eps, actions__t, values__t, pg_w__t):
+                    gates__tg, hs__th, cs__th, u, actions__t, values__t):
     """A worker's agent step ``t`` in one GIL-free call: the preprocessing
     of the raw frame ``raw`` into ``obs`` (when ``prep_fn`` is not 0: the
     address from ``Preprocessor.c_entry``, ``prep_ctx`` its tables), the
     recorded step :func:`doom_step_rec_packed` (input state: rows
     ``hs[t]``/``cs[t]``, the previous step's output, when ``from_rows``,
     else ``h0``/``c0``; output state ``hs[t+1]``/``cs[t+1]``), and the
-    action's sampling with the uniform ``u`` (:func:`sample_categorical`,
-    or with ``eps > 0`` :func:`sample_mixed`, its weight into ``pg_w[t]``).
+    action's sampling with the uniform ``u`` (:func:`sample_categorical`).
     Writes ``actions[t]`` and ``values[t]``; returns the action, -1 for a
     non-finite observation (nothing recorded) or -2 when the preprocessing
     failed (its scratch row could not be allocated)."""
@@ -1287,11 +1279,7 @@ def doom_act_packed(t, raw, prep_fn, prep_ctx, obs__chw, h0__h, c0__h, from_rows
     _doom_record(t, obs__chw, h, c, h_out, c_out, _pv3(params, scratch, meta, 5),
                  _pv3(params, scratch, meta, 9), _pv(params, scratch, meta, 12), ints[3] != 0,
                  obs__tchw, z1__ro, flat2__tn, fc__tn, hs__th, cs__th)
-    if eps > 0.0:
-        a, w = sample_mixed(probs__a, eps, u)
-        pg_w__t[t] = w
-    else:
-        a = sample_categorical(probs__a, u)
+    a = sample_categorical(probs__a, u)
     actions__t[t] = a
     values__t[t] = value
     return a

@@ -521,13 +521,13 @@ class Heads:
                 "dtop": np.empty((t_cap, self.n_in), dt)}
 
     def forward_loss(self, ws, p, g, top, actions, returns, advantages, value_coef,
-                     entropy_beta, t_len, uniform_kl=0.0):
+                     entropy_beta, t_len):
         """Heads + A3C loss + their backward in one kernel: probs/values rows,
         ``ws['dtop']`` and the head gradients written.  Returns the stats dict."""
         pre, post = self.loss_args(ws, p, g, top, t_len)
         out = K.heads_loss(*pre, actions, returns, advantages, float(value_coef),
-                           float(entropy_beta), float(uniform_kl), *post)
-        return self.loss_stats(out, value_coef, entropy_beta, uniform_kl)
+                           float(entropy_beta), *post)
+        return self.loss_stats(out, value_coef, entropy_beta)
 
     def loss_args(self, ws, p, g, top, t_len):
         """``heads_loss``'s arguments before the targets and after the
@@ -537,24 +537,22 @@ class Heads:
                  g["policy.weight"], g["policy.bias"], g["value.weight"], g["value.bias"]))
 
     @staticmethod
-    def loss_stats(out, value_coef, entropy_beta, uniform_kl):
-        """``heads_loss``'s ``(pl, vl, ent, kl)`` -> the stats dict."""
-        pl, vl, ent, kl = out
+    def loss_stats(out, value_coef, entropy_beta):
+        """``heads_loss``'s ``(pl, vl, ent)`` -> the stats dict."""
+        pl, vl, ent = out
         return {"policy_loss": float(pl), "value_loss": float(vl), "entropy": float(ent),
-                "uniform_kl": float(kl),
-                "loss": float(pl + value_coef * vl - entropy_beta * ent + uniform_kl * kl)}
+                "loss": float(pl + value_coef * vl - entropy_beta * ent)}
 
     def step_args(self, p):
         return (p["policy.weight"], p["policy.bias"], p["value.weight"], p["value.bias"])
 
-    def ref_loss(self, params, top, actions, returns, advantages, value_coef, entropy_beta,
-                 uniform_kl=0.0):
+    def ref_loss(self, params, top, actions, returns, advantages, value_coef, entropy_beta):
         """-> ``(stats, probs, values, cache)``."""
         logits, pc = ref.dense_forward(top, params["policy.weight"], params["policy.bias"])
         values2, vc = ref.dense_forward(top, params["value.weight"], params["value.bias"])
         values = values2[:, 0]
         stats, dlogits, dvalues = ref.a3c_loss(logits, values, actions, returns, advantages,
-                                               value_coef, entropy_beta, uniform_kl)
+                                               value_coef, entropy_beta)
         return stats, ref.softmax(logits), values, (pc, vc, dlogits, dvalues)
 
     def ref_backward(self, cache):

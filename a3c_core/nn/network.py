@@ -120,21 +120,8 @@ from . import blas
 from . import kernels as K
 from .layers import LSTM, Conv2d, Dense, Heads
 from .layout import ParamLayout
-
-# name -> (encoder builder, recurrent, default kwargs)
-_SPEC_TABLE = {
-    "doom-lstm": ("doom", True, {"fc_size": 256, "lstm_size": 256, "activation": "elu"}),
-    "doom-ff": ("doom", False, {"fc_size": 256, "activation": "elu"}),
-    "atari-lstm": ("atari", True, {"lstm_size": 256, "activation": "elu"}),
-    "mlp-lstm": ("mlp", True, {"hidden": (64, 64), "lstm_size": 64, "activation": "elu"}),
-    "mlp": ("mlp", False, {"hidden": (64, 64), "activation": "elu"}),
-}
-SPECS = tuple(_SPEC_TABLE)
-
-
-def spec_options(name) -> tuple:
-    """Names of the options a network spec accepts (``hidden``, ``lstm_size``, ...)."""
-    return tuple(_SPEC_TABLE[name][2])
+from ..specs import SPEC_TABLE as _SPEC_TABLE   # name -> (encoder, recurrent, defaults)
+from ..specs import SPECS, spec_options  # noqa: F401  (re-exported)
 
 
 # conv stacks: (name, out_channels, kernel, stride, padding)
@@ -537,9 +524,9 @@ class Network:
         first, see :class:`Actor`).  Returns the value, NaN for a non-finite
         obs; writes probs and, when given, h_out and c_out."""
         rows = self._spare_rows()
-        acts, vals, pgw, no_raw = self._spare_av
+        acts, vals, no_raw = self._spare_av
         a = K.doom_act_packed(0, no_raw if raw is None else raw, fn, ctx, obs, h, c, False,
-                              probs, *self.fused_packed, *rows, 0.5, 0.0, acts, vals, pgw)
+                              probs, *self.fused_packed, *rows, 0.5, acts, vals)
         if a == -2:
             raise MemoryError("preprocess scratch row")
         if a < 0:
@@ -555,7 +542,7 @@ class Network:
         rollout's."""
         if self._spare_static is None:
             self._spare_av = (np.zeros(1, np.int64), np.zeros(1, self._dtype),
-                              np.ones(1, np.float32), np.zeros(1, np.uint8))
+                              np.zeros(1, np.uint8))
             dt = self._dtype
             ws1, ws2, wsd = (L.workspace(1, dt) for L in self.encoder)
             if self.recurrent:
@@ -612,16 +599,15 @@ class Network:
         return value
 
     # ----------------------------------------------------- fused agent step
-    def actor(self, pipeline, actions, values, pg_weights=None, eps=0.0):
+    def actor(self, pipeline, actions, values):
         """A :class:`Actor` for a worker: each agent step (the frame's
         preprocessing, the recorded step, the sampling) in one compiled
         GIL-free call (``kernels.doom_act_packed``), or None where this
         network or ``pipeline`` has no such call: a step that is not the
         fused doom step, a float64 network, or a pipeline that is not an
         image pipeline writing this network's input shape.  ``actions``
-        (int64), ``values`` (float32) and ``pg_weights`` (float32, with
-        ``eps > 0``: the mixture sampler's weights) are the worker's rollout
-        arrays the steps write into."""
+        (int64) and ``values`` (float32) are the worker's rollout arrays the
+        steps write into."""
         if not self._fused or self._dtype != np.float32:
             return None
         entry = (0, 0)                  # no pipeline: an Actor for preprocessed inputs only
@@ -629,7 +615,7 @@ class Network:
             entry = pipeline.c_entry()
             if entry is None or tuple(pipeline.net_obs_shape) != self.obs_shape:
                 return None
-        return Actor(self, pipeline, actions, values, pg_weights, eps, entry)
+        return Actor(self, pipeline, actions, values, entry)
 
     def recorded_state(self):
         """The state the last recorded step returned, as new arrays ``(h, c)``
@@ -755,7 +741,7 @@ class Network:
         self._rec_t = int(t_len)
 
     def rollout_grad(self, actions, returns, advantages, *, value_coef=0.5,
-                     entropy_beta=0.01, uniform_kl=0.0) -> dict:
+                     entropy_beta=0.01) -> dict:
         """The gradient of :meth:`loss_and_grad` over the recorded rollout,
         by the backward pass only (the forward is the recorded steps).
 
@@ -785,13 +771,13 @@ class Network:
                 plan = self._bw_calls[key] = self._rollout_plan(t_len, key[1])
             pre, post, calls = plan
             out = K.heads_loss(*pre, actions, returns, advantages, float(value_coef),
-                               float(entropy_beta), float(uniform_kl), *post)
+                               float(entropy_beta), *post)
             for kern, args in calls:
                 kern(*args)
-            return self.heads.loss_stats(out, value_coef, entropy_beta, uniform_kl)
+            return self.heads.loss_stats(out, value_coef, entropy_beta)
         inputs, feat, top = self._recorded_rows(t_len, prepare=True)
         stats = self.heads.forward_loss(self._ws[-1], self._p, self._g, top, actions, returns,
-                                        advantages, value_coef, entropy_beta, t_len, uniform_kl)
+                                        advantages, value_coef, entropy_beta, t_len)
         self._backward(inputs, feat, t_len, resets=self._rec_resets > 0)
         return stats
 
@@ -907,7 +893,7 @@ class Network:
         return calls
 
     def _run(self, obs, actions, returns, advantages, state, value_coef, entropy_beta,
-             backward, uniform_kl=0.0):
+             backward):
         obs, t_len = self._check_obs(obs)
         actions, returns, advantages = self._check_targets(actions, returns, advantages, t_len)
         h0 = c0 = None
@@ -919,37 +905,36 @@ class Network:
         x = np.ascontiguousarray(obs, dtype=self._dtype)
         inputs, feat, top = self._forward_encoder_core(x, h0, c0, t_len)
         stats = self.heads.forward_loss(self._ws[-1], self._p, self._g, top, actions, returns,
-                                        advantages, value_coef, entropy_beta, t_len, uniform_kl)
+                                        advantages, value_coef, entropy_beta, t_len)
         if backward:
             self._backward(inputs, feat, t_len)
         return stats
 
     def loss(self, obs, actions, returns, advantages, state, *, value_coef=0.5,
-             entropy_beta=0.01, uniform_kl=0.0) -> dict:
+             entropy_beta=0.01) -> dict:
         """Forward only: the stats of :meth:`loss_and_grad` (grads untouched
         except the head gradients, which the fused heads kernel writes)."""
         return self._run(obs, actions, returns, advantages, state, value_coef,
-                         entropy_beta, backward=False, uniform_kl=uniform_kl)
+                         entropy_beta, backward=False)
 
     def loss_and_grad(self, obs, actions, returns, advantages, state, *, value_coef=0.5,
-                      entropy_beta=0.01, uniform_kl=0.0):
+                      entropy_beta=0.01):
         """A3C loss over a rollout and its gradient (BPTT from ``state``).
 
         obs ``(T, *obs_shape)``, actions int ``(T,)``, returns/advantages
         ``(T,)``; ``state`` the LSTM state before ``obs[0]`` (``None`` = zeros).
         ``loss = -sum log pi(a_t) A_t + value_coef * 0.5 sum (R_t - V_t)^2
-        - entropy_beta * sum H(pi_t) + uniform_kl * sum KL(U || pi_t)`` (U
-        uniform over the actions).
+        - entropy_beta * sum H(pi_t)``.
 
         Returns ``(stats, grads)``: stats dict of floats ``policy_loss``,
-        ``value_loss``, ``entropy``, ``uniform_kl``, ``loss``; grads ``name -> view`` of
+        ``value_loss``, ``entropy``, ``loss``; grads ``name -> view`` of
         ``self.grads`` (overwritten each call).  For LSTM nets the gradient
         wrt the initial state is left in ``self.last_dstate`` ``(dh0, dc0)``.
         After the call ``self.last_probs``/``self.last_values`` view the
         forward's outputs (valid until the next call).
         """
         stats = self._run(obs, actions, returns, advantages, state, value_coef,
-                          entropy_beta, backward=True, uniform_kl=uniform_kl)
+                          entropy_beta, backward=True)
         return stats, self._g
 
     @property
@@ -980,9 +965,8 @@ class Actor:
     Records rollout row ``t`` of the network's current recording (after
     :meth:`Network.begin_rollout`; ``t`` must be the next row) exactly as
     ``step(obs, state, record=True)`` does, samples the action with the
-    uniform ``u`` as ``sample_categorical(probs, u)`` (``sample_mixed`` with
-    ``eps > 0``), and writes ``actions[t]``, ``values[t]`` (and
-    ``pg_weights[t]``).  ``raw``: a raw frame to preprocess into ``obs``
+    uniform ``u`` as ``sample_categorical(probs, u)``, and writes
+    ``actions[t]`` and ``values[t]``.  ``raw``: a raw frame to preprocess into ``obs``
     first (the pipeline's preprocessing; None: ``obs`` already holds the
     input).  ``state``: the input state at ``t == 0``; at ``t > 0`` None
     continues from the previous row, and a state (``initial_state()`` at an
@@ -993,18 +977,13 @@ class Actor:
     non-finite observation, before anything is recorded.
     """
 
-    def __init__(self, net, pipeline, actions, values, pg_weights, eps, entry=(0, 0)):
+    def __init__(self, net, pipeline, actions, values, entry=(0, 0)):
         if not (isinstance(actions, np.ndarray) and actions.dtype == np.int64
                 and isinstance(values, np.ndarray) and values.dtype == np.float32):
             raise TypeError("Actor: actions must be an int64 array and values a float32 array")
-        if pg_weights is None:
-            pg_weights = np.ones(len(actions), np.float32)
-        if not (isinstance(pg_weights, np.ndarray) and pg_weights.dtype == np.float32):
-            raise TypeError("Actor: pg_weights must be a float32 array")
         self.net = net
         self.pipeline = pipeline
-        self.actions, self.values, self.pg_weights = actions, values, pg_weights
-        self.eps = float(eps)
+        self.actions, self.values = actions, values
         self.probs = np.zeros(net.n_actions, np.float32)
         self._spare_probs = np.zeros(net.n_actions, np.float32)
         self._fn, self._ctx = entry     # the pipeline's compiled preprocessing (ObsPipeline.c_entry)
@@ -1044,8 +1023,8 @@ class Actor:
         if reset:
             net._keep_row_state(t)
         a = K.doom_act_packed(t, raw, fn, self._ctx, obs, h, c, from_rows, self.probs,
-                              *net.fused_packed, *net.fused_rows, u, self.eps, self.actions,
-                              self.values, self.pg_weights)
+                              *net.fused_packed, *net.fused_rows, u, self.actions,
+                              self.values)
         if a < 0:
             if a == -2:
                 raise MemoryError("preprocess scratch row")
@@ -1127,7 +1106,7 @@ def network_from_spec(d, *, seed=0, dtype=None) -> Network:
 
 
 def ref_forward_loss(net, params, obs, actions, returns, advantages, state, *,
-                     value_coef=0.5, entropy_beta=0.01, backward=True, uniform_kl=0.0):
+                     value_coef=0.5, entropy_beta=0.01, backward=True):
     """The network's forward + A3C loss + backward composed from the layers'
     ``ref`` twins.
 
@@ -1145,8 +1124,7 @@ def ref_forward_loss(net, params, obs, actions, returns, advantages, state, *,
         x, new_state, core_cache = net.core.ref_forward(
             params, x, state if state is not None else net.initial_state())
     stats, probs, values, head_cache = net.heads.ref_loss(params, x, actions, returns,
-                                                          advantages, value_coef, entropy_beta,
-                                                          uniform_kl)
+                                                          advantages, value_coef, entropy_beta)
     extras = {"probs": probs, "values": values, "state": new_state}
     if not backward:
         return stats, None, extras

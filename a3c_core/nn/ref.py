@@ -219,17 +219,16 @@ def lstm_backward(dhs, cache, dhT=None, dcT=None):
 
 
 def a3c_loss(logits, values, actions, returns, advantages,
-             value_coef=0.5, entropy_beta=0.01, uniform_kl=0.0):
+             value_coef=0.5, entropy_beta=0.01):
     """A3C loss on a rollout, with its gradient.
 
     logits ``(T, A)``, values/returns/advantages ``(T,)``, actions int ``(T,)``.
     ``loss = -sum log pi(a_t) A_t + value_coef * 0.5 sum (R_t - V_t)^2
-    - entropy_beta * sum H(pi_t) + uniform_kl * sum KL(U || pi_t)`` (advantages
-    are constants; U is uniform over the A actions).
+    - entropy_beta * sum H(pi_t)`` (advantages are constants).
 
     Returns ``(stats, dlogits, dvalues)``; stats has float ``policy_loss``,
     ``value_loss`` (the ``0.5 sum (R - V)^2`` term), ``entropy`` (sum H),
-    ``uniform_kl`` (sum KL(U || pi)), ``loss``.
+    ``loss``.
     """
     t_idx = np.arange(logits.shape[0])
     logp = log_softmax(logits)
@@ -240,16 +239,12 @@ def a3c_loss(logits, values, actions, returns, advantages,
     diff = returns.astype(values.dtype) - values
     value_loss = 0.5 * (diff * diff).sum()
     entropy = ent_t.sum()
-    n_act = logits.shape[-1]
-    kl = (-logp.mean(axis=-1) - np.log(n_act)).sum()
-    loss = policy_loss + value_coef * value_loss - entropy_beta * entropy + uniform_kl * kl
+    loss = policy_loss + value_coef * value_loss - entropy_beta * entropy
     # d(-logp_a A)/dz = -A (onehot - p);  d(-beta H)/dz = beta p (logp + H)
     dlogits = p * adv[:, None]
     dlogits[t_idx, actions] -= adv
     dlogits += entropy_beta * p * (logp + ent_t[:, None])
-    # d(kl * sum_t KL(U || pi_t))/dz = kl * (p - 1/A)
-    dlogits += uniform_kl * (p - 1.0 / n_act)
     dvalues = -value_coef * diff
     stats = {"policy_loss": float(policy_loss), "value_loss": float(value_loss),
-             "entropy": float(entropy), "uniform_kl": float(kl), "loss": float(loss)}
+             "entropy": float(entropy), "loss": float(loss)}
     return stats, dlogits, dvalues

@@ -16,8 +16,6 @@ these functions (``pip install torch==2.13.0``, the CPU wheel).  The CLI is
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from a3c_core._blas import limit_blas_threads
@@ -105,7 +103,7 @@ def torch_state(state, model):
 
 
 def torch_loss_and_grad(model, obs, actions, returns, adv, state, value_coef=0.5,
-                        entropy_beta=0.01, uniform_kl=0.0):
+                        entropy_beta=0.01):
     """The A3C loss of ``Network.loss_and_grad`` (sums over T) and its grads."""
     torch = import_torch()
     dt = next(model.parameters()).dtype
@@ -117,8 +115,7 @@ def torch_loss_and_grad(model, obs, actions, returns, adv, state, value_coef=0.5
     policy_loss = -(logp.gather(1, a[:, None])[:, 0] * adv_t).sum()
     value_loss = 0.5 * ((ret - values) ** 2).sum()
     entropy = -(logp.exp() * logp).sum()
-    kl = (-logp.mean(1) - math.log(logp.shape[1])).sum()    # sum_t KL(U || pi_t)
-    loss = policy_loss + value_coef * value_loss - entropy_beta * entropy + uniform_kl * kl
+    loss = policy_loss + value_coef * value_loss - entropy_beta * entropy
     model.zero_grad(set_to_none=False)
     loss.backward()
     return float(loss.detach()), {k: p.grad.detach().numpy() for k, p in model.named_parameters()}

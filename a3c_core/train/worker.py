@@ -280,7 +280,6 @@ class Worker:
         self.raw_rewards = np.zeros(T, np.float64)
         self._clip_buf = np.zeros(T, np.float64)       # raw rewards clipped to reward_clip
         self.values = np.zeros(T, np.float32)
-        self.pg_weights = np.ones(T, np.float32)   # per-step policy-gradient weights (all 1)
         # the update's targets (core.targets.rollout_targets): segments
         # (end, bootstrap value, episode ended), float64 scratch, float32 results
         self._seg_end = np.zeros(T, np.int64)
@@ -306,7 +305,7 @@ class Worker:
             self._stats = None
         #: each agent step in one compiled call (preprocess, recorded step,
         #: sampling: Network.actor), or None (that network or pipeline has none)
-        self.actor = (net.actor(pipeline, self.actions, self.values, self.pg_weights, 0.0)
+        self.actor = (net.actor(pipeline, self.actions, self.values)
                       if fused_act and hasattr(net, "actor") else None)
         # the rollouts' uniforms, drawn UNIFORM_BLOCK rollouts at a time: the
         # same stream as one rng.random(t_max) per rollout, one call instead of many
@@ -686,8 +685,8 @@ class Worker:
                 self.raw_rewards, n, self._seg_end, self._seg_boot, self._seg_ended, self._seg_acc,
                 self._seg_raw, n_seg, float(s.reward_clip), fixed, float(s.gamma),
                 float(s.norm_clip), rn_st, rn_prm, self.values, float(s.gae_lambda),
-                an_st if s.normalize_advantages else _NO_STATS, an_prm, self.pg_weights,
-                False, self._clip_buf, self._rets_buf, self._adv64_buf,
+                an_st if s.normalize_advantages else _NO_STATS, an_prm,
+                self._clip_buf, self._rets_buf, self._adv64_buf,
                 self.rewards, self._ret, self._adv)
         if status == BAD_RETURNS:
             raise ValueError("ReturnNormalizer.update: returns contain NaN or inf")
