@@ -2,12 +2,18 @@
 
 Numba compiles a kernel the first time it is called with new argument types
 (~26 s for all of a3c_core's kernels on a slow 2-core VM) and, with ``cache=True``,
-writes the machine code next to the module (``a3c_core/**/__pycache__``) or
-under ``NUMBA_CACHE_DIR``. A new process then loads it in a few ms per kernel.
-If that directory cannot be written (a read-only container image or system
-site-packages), every new process compiles again, so image builds should run
+writes the machine code to a cache directory; a new process then loads it in a
+few ms per kernel. Which directory (:mod:`a3c_core._numba_cache`):
+``NUMBA_CACHE_DIR`` if set, else the *install cache*
+``<sys.prefix>/share/a3c_core/numba-cache/<version>-<tag>`` if it exists, else
+the per-user cache ``~/.cache/a3c_core/<version>-<tag>`` (``$XDG_CACHE_HOME``).
+``a3c compile`` (without ``NUMBA_CACHE_DIR``) creates and fills the install
+cache, which later processes use even when it is read-only and whatever
+their home directory, so image builds should run
 
     a3c compile            # after pip install, before the install is made read-only
+
+If the prefix is not writable it fills the per-user cache instead (and says so).
 
 :func:`warm_up` runs every network spec's step and rollout kernels, the
 sampler and the gradient clip at the run-time dtypes, which compiles (or
@@ -15,7 +21,8 @@ loads) every signature a policy or a trainer uses. With 2+ usable CPUs a helper
 process compiles the update kernels meanwhile (not with ``--check``, which
 must see the cache as it is).  ``a3c compile --check``
 fails if anything still had to be compiled (the cache is incomplete or was
-not found), which is how an image build can verify itself.
+not found), which is how an image build can verify itself; it creates no
+directory.
 """
 from __future__ import annotations
 
@@ -73,17 +80,17 @@ def warm_up(specs=None, dtypes=(np.float32,), parallel=False):
     what the helper compiled then loads here.
     """
     from a3c_core.nn.network import SPECS, build_network
-    from a3c_core.sampling import sample_categorical, sample_mixed
+    from a3c_core.sampling import sample_categorical
 
     specs = list(specs or SPECS)
     helper = None
     if parallel:
-        from a3c_core.train.worker import _Helper
+        from a3c_core.warmup import CompileHelper
 
         # a warm cache loads every step within the delay: no helper then
-        helper = _Helper({"specs": specs, "dtypes": [np.dtype(d).name for d in dtypes]},
-                         entry="from a3c_core.compile import _helper_main; _helper_main()",
-                         delay=1.0)
+        helper = CompileHelper({"specs": specs, "dtypes": [np.dtype(d).name for d in dtypes]},
+                               entry="from a3c_core.compile import _helper_main; _helper_main()",
+                               delay=1.0)
         helper.arm()
     try:
         rng = np.random.default_rng(0)
@@ -95,7 +102,6 @@ def warm_up(specs=None, dtypes=(np.float32,), parallel=False):
                 probs, _, state = net.step(np.zeros(obs_shape, dtype), net.initial_state())
                 net.step(np.ones(obs_shape, dtype), state)
                 sample_categorical(probs, 0.5)
-                sample_mixed(probs, 0.03, 0.5)          # --policy-epsilon's sampler
                 nets.append((net, dtype, obs_shape))
         if helper is not None:
             helper.wait()
@@ -123,7 +129,7 @@ def warm_up(specs=None, dtypes=(np.float32,), parallel=False):
 
 def _helper_main():
     """The helper process of ``warm_up(parallel=True)`` (see there)."""
-    from a3c_core.train.worker import _watch_parent
+    from a3c_core.warmup import _watch_parent
     from a3c_core.nn.network import build_network
 
     job = _watch_parent()["job"]
@@ -170,8 +176,19 @@ def run_compile(args) -> int:
     t0 = time.perf_counter()
     from a3c_core._safepoint import held_sigint
 
+    note = ""
     try:
         with held_sigint():     # numba's and llvmlite's C extensions load here
+            from a3c_core import _numba_cache
+
+            if not cache_env and not args.check:
+                # the install cache: what a read-only image loads, whoever runs it
+                if _numba_cache.make_install_cache() is None:
+                    note = (f" (the install cache {_numba_cache.install_cache_dir()} cannot be created, "
+                            f"so this user's cache was filled; for an image, run a3c compile where "
+                            f"sys.prefix is writable)")
+                else:           # kernels the command line imported before it existed
+                    _numba_cache.relocate(dispatchers().values())
             import a3c_core.nn.network  # noqa: F401  (decorating the kernels needs a cache directory)
             import a3c_core.sampling  # noqa: F401
     except RuntimeError as e:  # numba: "cannot cache function ...: no locator available"
@@ -185,7 +202,7 @@ def run_compile(args) -> int:
     if unknown:
         print(f"a3c compile: error: unknown spec(s) {unknown}; valid specs: {', '.join(SPECS)}", file=sys.stderr)
         return 2
-    from a3c_core.train.worker import helper_allowed
+    from a3c_core.warmup import helper_allowed
 
     from a3c_core._safepoint import deferred_sigint
 
@@ -198,7 +215,7 @@ def run_compile(args) -> int:
     where = ", ".join(dirs) if dirs else "(no cache directory)"
     print(f"{n} kernels, {hits + misses} signatures: {hits} loaded from the cache, {misses} compiled "
           f"in {seconds:.1f} s; cache: {where}"
-          + (f" (NUMBA_CACHE_DIR={cache_env})" if cache_env else ""))
+          + (f" (NUMBA_CACHE_DIR={cache_env})" if cache_env else note))
     if unsaved:
         print(f"a3c compile: error: {len(unsaved)} kernel(s) compiled but not saved, the cache directory "
               f"is read-only: {', '.join(unsaved)}. Run a3c compile where the install (or "
