@@ -73,18 +73,22 @@ def _cmd_train(args):
         from a3c_core import checkpoint as ck
         from a3c_core.checkpoint import CheckpointError
         from a3c_core.train.config import Config, ConfigError, fields as _fields
-        from a3c_core.train.trainer import TrainingError, make_trainer
+        from a3c_core.train.trainer import Trainer, TrainingError
 
     try:
         if args.resume:
             saved = os.path.join(args.resume, "config.toml")
             if not os.path.isdir(args.resume):
                 raise CheckpointError(f"--resume: run directory not found: {args.resume}")
+            ignored = []
             if os.path.exists(saved):
-                base = Config.from_toml(saved, saved_run=True)
+                base = Config.from_toml(saved, saved_run=True, ignored=ignored)
             else:
                 base = Config.from_dict(ck.find_resume_checkpoint(args.resume).meta["config"],
-                                        saved_run=True)
+                                        saved_run=True, ignored=ignored)
+            if ignored:
+                print(f"note: the saved config sets fields this version removed, ignored: "
+                      f"{', '.join(ignored)} (docs/defaults.md)", flush=True)
             changes = {f.name: getattr(args, f.name) for f in _fields(Config)
                        if getattr(args, f.name) is not None}
             cfg = base.replace(run_dir=args.resume, **changes)
@@ -99,7 +103,7 @@ def _cmd_train(args):
             return run_ray_training(cfg, args, resume=args.resume)
         if misplaced_ray_flags(args):
             raise ConfigError(f"{', '.join(misplaced_ray_flags(args))}: these flags need --ray")
-        trainer = make_trainer(cfg, resume=args.resume)
+        trainer = Trainer(cfg, resume=args.resume)
     except (ConfigError, CheckpointError, ValueError, ImportError, OSError) as e:
         print(f"a3c train: error: {e}", file=sys.stderr)
         return 2
@@ -110,15 +114,10 @@ def _cmd_train(args):
         raise
 
 
-#: more worker threads than this get a note about --worker-processes
-MANY_THREADS = 8
-
-
 def _run_trainer(trainer, cfg, TrainingError):
     if trainer.resume_note:
         print(trainer.resume_note, flush=True)
-    kind = "worker processes" if cfg.worker_processes else "workers"
-    line = (f"run directory: {trainer.run_dir}  ({trainer.n_workers} {kind}, {trainer.spec_name}, "
+    line = (f"run directory: {trainer.run_dir}  ({trainer.backend.describe()}, {trainer.spec_name}, "
             f"{trainer.shared.params.size:,} parameters, env {cfg.env})")
     norm = trainer.pipeline_spec.get("norm")
     if norm is not None:
@@ -131,10 +130,6 @@ def _run_trainer(trainer, cfg, TrainingError):
     note = blas_kernel_note()      # OpenBLAS held to AVX2 kernels on an AVX-512 CPU
     if note:
         line += f"\nnote: {note}"
-    if trainer.n_workers > MANY_THREADS and not cfg.worker_processes and sys.platform.startswith("linux"):
-        line += (f"\nnote: {trainer.n_workers} worker threads share one GIL; on a 16-core machine "
-                 "--worker-processes ran 1.6-1.7x their steps/s at 16 workers (README, "
-                 "'Many cores on one machine')")
     try:
         res = trainer.run(announce=lambda: print(line, flush=True))
     except TrainingError as e:
@@ -247,6 +242,13 @@ def _main(argv=None):
     if argv and argv[0] in ("gradcheck", "bench"):
         return cmd_gradcheck(None, argv[1:]) if argv[0] == "gradcheck" else cmd_bench(None, argv[1:])
     p = build_parser()
+    if argv and argv[0] == "train":
+        from a3c_core.train.config import removed_flag   # (the parser has imported it)
+
+        removed = removed_flag(argv[1:])
+        if removed:
+            print(f"a3c train: error: {removed}", file=sys.stderr)
+            return 2
     args = p.parse_args(argv)
     if args.command == "train":
         return cmd_train(args)
