@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from a3c_core.train import trainer as trainer_mod
 from a3c_core.train.config import Config
 from a3c_core.train.trainer import Trainer, TrainingError
 
@@ -39,11 +40,13 @@ class _Spy:
             return env
 
         monkeypatch.setattr(envs_mod, "make_env", make_env)
+        monkeypatch.setattr(trainer_mod, "make_env", make_env)    # the name the trainer calls
 
 
 def _cfg(tmp_path, **kw):
+    # worker threads: this process starts the envs (8 workers would be processes)
     base = dict(env="CartPole-v1", workers=3, envs_per_worker=2, total_steps=900, seed=2,
-                quiet=True, tensorboard=False, checkpoint_interval=0,
+                quiet=True, tensorboard=False, checkpoint_interval=0, worker_processes=False,
                 run_dir=str(tmp_path / "run"))
     base.update(kw)
     return Config(**base)
@@ -51,7 +54,7 @@ def _cfg(tmp_path, **kw):
 
 def _slow_warm_up(monkeypatch, until_all_ready=True, then=None):
     """The warm-up waits (up to 20 s) for the env starter to finish before it runs."""
-    real = Trainer._warm_up
+    real = Trainer.warm_up
 
     def warm_up(self):
         if until_all_ready:
@@ -61,7 +64,7 @@ def _slow_warm_up(monkeypatch, until_all_ready=True, then=None):
             then(self)
         return real(self)
 
-    monkeypatch.setattr(Trainer, "_warm_up", warm_up)
+    monkeypatch.setattr(Trainer, "warm_up", warm_up)
 
 
 def test_envs_start_beside_the_warm_up_once_each_with_their_seeds(tmp_path, monkeypatch):

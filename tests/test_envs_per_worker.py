@@ -221,6 +221,7 @@ def test_trainer_gives_each_worker_its_envs_with_their_own_seeds(tmp_path, monke
         return env
 
     monkeypatch.setattr(envs_mod, "make_env", make_env)
+    monkeypatch.setattr("a3c_core.train.trainer.make_env", make_env)   # the name it calls
     cfg = Config(env="CartPole-v1", workers=2, envs_per_worker=3, total_steps=1500, seed=4,
                  quiet=True, tensorboard=False, checkpoint_interval=0,
                  run_dir=str(tmp_path / "run"))

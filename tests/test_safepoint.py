@@ -14,7 +14,7 @@ import numba
 import pytest
 
 from a3c_core._safepoint import safe_point
-from a3c_core.train.trainer import StopSignal, _signals_as_exceptions
+from a3c_core.train.signals import SignalsAsExceptions, StopSignal
 
 pytestmark = pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
                                 reason="signal handlers need the main thread")
@@ -53,7 +53,7 @@ def _qsort_with_signal(sig):
 def test_signal_in_a_ctypes_callback_is_not_lost_when_deferred(monkeypatch):
     ignored = []
     monkeypatch.setattr("sys.unraisablehook", ignored.append)
-    with _signals_as_exceptions() as sigs:
+    with SignalsAsExceptions() as sigs:
         with sigs.deferred():
             assert _qsort_with_signal(signal.SIGINT) == [1, 2, 3, 4]  # not cut short
             assert ignored == []
@@ -67,7 +67,7 @@ def test_signal_in_a_ctypes_callback_is_not_lost_when_deferred(monkeypatch):
 def test_a_raise_swallowed_by_a_callback_is_raised_again_by_check(monkeypatch):
     ignored = []
     monkeypatch.setattr("sys.unraisablehook", ignored.append)
-    with _signals_as_exceptions() as sigs:
+    with SignalsAsExceptions() as sigs:
         _qsort_with_signal(signal.SIGINT)   # the handler raises inside the callback: lost
         assert [type(u.exc_value) for u in ignored] == [KeyboardInterrupt]
         with pytest.raises(KeyboardInterrupt):
@@ -84,7 +84,7 @@ def test_signal_is_raised_at_the_next_compile_start_before_it_compiles():
     def second(x):
         return x * 2
 
-    with _signals_as_exceptions() as sigs:
+    with SignalsAsExceptions() as sigs:
         with sigs.deferred():
             assert first(1) == 2
             os.kill(os.getpid(), signal.SIGTERM)
@@ -96,7 +96,7 @@ def test_signal_is_raised_at_the_next_compile_start_before_it_compiles():
 
 
 def test_a_second_signal_is_only_noted(capfd):
-    with _signals_as_exceptions(defer=True) as sigs:
+    with SignalsAsExceptions(defer=True) as sigs:
         os.kill(os.getpid(), signal.SIGINT)
         os.kill(os.getpid(), signal.SIGINT)
         sum(range(1000))
@@ -109,7 +109,7 @@ def test_a_second_signal_is_only_noted(capfd):
 
 
 def test_outside_a_run_nothing_is_deferred_or_raised():
-    sigs = _signals_as_exceptions()        # never entered: a Trainer not running
+    sigs = SignalsAsExceptions()        # never entered: a Trainer not running
     with sigs.deferred():
         safe_point()
     sigs.check()

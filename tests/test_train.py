@@ -326,15 +326,25 @@ def test_a_resumed_run_keeps_the_rate_it_trained_with(tmp_path, monkeypatch):
     """lr 0 means "the default": a run resumed after the default changed (here:
     the vector specs' Adam rate, patched) keeps the rate its checkpoint
     recorded; an explicit --lr on resume still wins."""
-    import a3c_core.train.config as config_mod
+    import dataclasses
+
+    from a3c_core.envs import families
 
     run = str(tmp_path / "run")
     assert main(["train", "--env", "CartPole-v1", "--workers", "1", "--quiet", "--no-tensorboard",
                  "--total-steps", "200", "--run-dir", run]) == 0
     ck = load_checkpoint(run)
     assert ck.meta["config"]["lr"] == 0.0
-    assert ck.meta["optimizer_scalars"]["lr"] == pytest.approx(config_mod.VECTOR_SPEC_ADAM_LR)
-    monkeypatch.setattr(config_mod, "VECTOR_SPEC_ADAM_LR", 1e-3)     # "a newer default"
+    assert ck.meta["optimizer_scalars"]["lr"] == pytest.approx(families.VECTOR_TUNING.adam_lr)
+    # "a newer default": the gym family's record with another rate for the vector specs
+    newer = dataclasses.replace(families.VECTOR_TUNING, adam_lr=1e-3)
+    gym = dataclasses.replace(families.GYM, defaults=dataclasses.replace(
+        families.GYM.defaults, tuning={"mlp": newer, "mlp-lstm": newer}))
+    monkeypatch.setattr(families, "FAMILIES",
+                        [gym if f is families.GYM else f for f in families.FAMILIES])
+    from a3c_core.train.config import resolve
+
+    assert resolve(Config(env="CartPole-v1"), "vector").lr == pytest.approx(1e-3)
     base = Config.from_toml(os.path.join(run, "config.toml"), saved_run=True)
     for lr, want in ((0.0, ck.meta["optimizer_scalars"]["lr"]), (5e-5, 5e-5)):
         trainer = Trainer(base.replace(run_dir=run, lr=lr, total_steps=400), resume=run)
