@@ -11,7 +11,7 @@ trained policy and its short episodes.  Modes, measured in turn (``paper``,
 
 * ``paper`` (older name: ``default``): ``--min-rollout 0``, a rollout ends
   with its episode (the A3C paper's worker, and the trainer's default);
-* ``cross``: ``--cross-episode``: every rollout has ``t_max`` steps and runs
+* ``cross``: ``--min-rollout t_max``: every rollout has ``t_max`` steps and runs
   on into the next episode, so an update's fixed costs are paid once per
   ``t_max`` steps;
 * ``min:K``: ``--min-rollout K``: a rollout runs on into the next episode
@@ -26,8 +26,8 @@ A mode may end in ``@K``: the same with ``--envs-per-worker K`` (e.g.
 ``paper@4``; without it, 1); and in ``+p``: the same with worker processes
 (``--worker-processes``, e.g. ``auto+p``, ``auto@4+p``).
 
-Every mode sets all three options (``paper`` is ``--min-rollout 0`` without
-``--cross-episode`` or ``--merge-below``), whatever the run was trained with.
+Every mode sets both options (``paper`` is ``--min-rollout 0`` without
+``--merge-below``), whatever the run was trained with.
 
 Each measurement: start, wait ``--warmup`` s, then count agent steps and
 episodes over ``--seconds``.  Prints one line per measurement and a table of
@@ -73,8 +73,9 @@ def measure(run_dir, mode, workers, seconds, warmup):
         # time; the measurement stops it through stop_event
         fields.update(workers=workers, envs_per_worker=n_envs, total_steps=0, total_seconds=0.0,
                       run_dir=dst, quiet=True, tensorboard=False, checkpoint_interval=0.0,
-                      cross_episode=(mode == "cross"), target_reward=None,
-                      min_rollout=int(mode[4:]) if mode.startswith("min:") else 0,
+                      target_reward=None,
+                      min_rollout=(int(mode[4:]) if mode.startswith("min:")
+                                   else int(saved.get("t_max", 20)) if mode == "cross" else 0),
                       merge_below=Config().merge_below if mode == "auto" else 0.0,
                       worker_processes=procs)
         cfg = Config(**fields)

@@ -226,13 +226,13 @@ def _second_worker_late(at_window):
     class Slow(bench._TrainerRun):
         def __init__(self, *a, **k):
             super().__init__(*a, **k)
-            make = self.trainer._make_worker
+            make = self.trainer.make_worker
 
-            def late(wid):
+            def late(wid, store=None):
                 if wid == 1:
                     _time.sleep(0.6)
-                return make(wid)
-            self.trainer._make_worker = late
+                return make(wid, store)
+            self.trainer.make_worker = late
 
         def sample_rates(self, seconds, tick=0.5):
             at_window(self.trainer)
@@ -291,10 +291,10 @@ def test_converged_throughput_measures_threads_and_processes(tmp_path):
     steps; bad modes are refused."""
     pytest.importorskip("gymnasium")
     from a3c_core.train.config import Config
-    from a3c_core.train.trainer import make_trainer
+    from a3c_core.train.trainer import Trainer
 
     run = str(tmp_path / "run")
-    make_trainer(Config(env="CartPole-v1", spec="mlp", workers=2, total_steps=1500, run_dir=run,
+    Trainer(Config(env="CartPole-v1", spec="mlp", workers=2, total_steps=1500, run_dir=run,
                         quiet=True, tensorboard=False)).run()
     before = sorted(os.listdir(run))
     ct = _load_bench("converged_throughput")

@@ -99,7 +99,7 @@ def run_ray_training(cfg, args, resume=None) -> int:
     if trainer.resume_note:
         print(trainer.resume_note, flush=True)
     line = (f"run directory: {trainer.run_dir}  ({opts.nodes} nodes x {trainer.n_workers} workers on "
-            f"{trainer.hosts} machine(s), {opts.shards} shard(s), {trainer.spec_name}, "
+            f"{trainer.backend.hosts} machine(s), {opts.shards} shard(s), {trainer.spec_name}, "
             f"{trainer.shared.params.size:,} parameters, env {cfg.env})")
     try:
         res = trainer.run(announce=lambda: print(line, flush=True))
