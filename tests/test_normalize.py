@@ -101,6 +101,7 @@ def test_advantage_normalizer_uses_the_rms():
     assert a.scale == pytest.approx(1 / math.sqrt(np.mean(x**2) + a.eps), rel=1e-12)
 
 
+@pytest.mark.slow
 def test_cartpole_learns_the_same_whatever_the_reward_unit(tmp_path):
     """Rewards x1, x100 and x0.01 under the same defaults (1 worker, fixed seed):
     the normalized learning signal is unit-free, so the runs play the same
@@ -132,6 +133,7 @@ def test_cartpole_learns_the_same_whatever_the_reward_unit(tmp_path):
     assert np.mean(small[-100:]) >= 66, np.mean(small[-100:])
 
 
+@pytest.mark.slow
 def test_cartpole_learns_with_cross_episode_rollouts(tmp_path):
     """min_rollout = t_max (fixed t_max rollouts over episode boundaries, LSTM
     reset inside the rollout) learns CartPole-v1 like the default rollouts do

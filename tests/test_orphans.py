@@ -16,7 +16,8 @@ import time
 
 import pytest
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc"),
+              pytest.mark.slow]  # signals and faults: the slow tier
 
 # Prints {"pids": [...descendants...]} once the env is up, then waits for a line on stdin.
 PROGRAM = textwrap.dedent("""

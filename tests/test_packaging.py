@@ -78,6 +78,16 @@ def test_ci_runs_the_readme_test_command():
         ci = fh.read().splitlines()
     assert cmd in ci, f"CI must run the README test command verbatim: {cmd}"
     assert any("smoke.py" in line for line in ci)
+    # issue 41: first the main job (its command verbatim, with a small budget
+    # appended) in the same clone, then a reinstall, then the test command,
+    # then the slow tier
+    main = re.search(r"the main job\):\s*```bash\n(.+?)\n```", readme).group(1)
+    at_main = [i for i, line in enumerate(ci) if line.startswith(main + " --total-steps ")]
+    at_reinstall = [i for i, line in enumerate(ci) if "--force-reinstall" in line and not line.startswith("#")]
+    assert at_main and at_reinstall, "CI must run the README main job (short) and a --force-reinstall"
+    assert at_main[0] < at_reinstall[0] < ci.index(cmd) < ci.index("pytest -m slow")
+    assert not any(line.startswith("rm -rf .venv") for line in ci[at_main[0]:]), \
+        "the test command must run in the clone the main job used"
 
 
 def test_build_without_cython_sources_fails_loudly(tmp_path):

@@ -124,6 +124,7 @@ def _start(tmp_path, *extra):
     return run, proc
 
 
+@pytest.mark.slow
 def test_a_killed_worker_process_fails_the_run_naming_it(tmp_path):
     run, proc = _start(tmp_path)
     kids = children_of(proc.pid)
@@ -137,6 +138,7 @@ def test_a_killed_worker_process_fails_the_run_naming_it(tmp_path):
     assert not wait_gone(kids, timeout=10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_a_signal_to_the_group_stops_the_workers_and_checkpoints(tmp_path, sig):
     """A terminal's Ctrl-C (or a SIGTERM to the group) reaches every process:
@@ -158,6 +160,7 @@ def test_a_signal_to_the_group_stops_the_workers_and_checkpoints(tmp_path, sig):
     assert not wait_gone(kids, timeout=10)
 
 
+@pytest.mark.slow
 def test_workers_die_with_a_killed_trainer(tmp_path):
     run, proc = _start(tmp_path)
     workers = _worker_pids(proc)

@@ -155,6 +155,7 @@ def _cfg(tmp_path, **kw):
     return Config(**base)
 
 
+@pytest.mark.slow
 def test_ray_sync_rounds_match_numpy_twin(cluster, tmp_path):
     """Two node actors (one per Ray node) and 3 shards: push, add, pull vs the twin."""
     import ray
@@ -195,6 +196,7 @@ def test_ray_sync_rounds_match_numpy_twin(cluster, tmp_path):
         tr.close()
 
 
+@pytest.mark.slow
 def test_ray_run_learns_cartpole(cluster, tmp_path):
     from a3c_core.distributed.driver import RayOptions, train_ray
 
@@ -217,6 +219,7 @@ def test_ray_run_learns_cartpole(cluster, tmp_path):
     assert ck.meta["counters"]["steps"] == res.steps
 
 
+@pytest.mark.slow
 def test_ray_node_killed_is_restarted_and_run_finishes(cluster, tmp_path):
     import ray
 
@@ -260,6 +263,7 @@ def test_ray_node_killed_is_restarted_and_run_finishes(cluster, tmp_path):
     assert len(rows) == res.episodes
 
 
+@pytest.mark.slow
 def test_ray_shard_lost_stops_run_and_resume_continues(cluster, tmp_path):
     import ray
 
@@ -295,6 +299,7 @@ def test_ray_shard_lost_stops_run_and_resume_continues(cluster, tmp_path):
     assert after.meta["counters"]["resumes"] == 1
 
 
+@pytest.mark.slow
 def test_ray_cli_flags_run_and_final_line(cluster, tmp_path, capsys):
     """add_ray_arguments + run_ray_training, as `a3c train --ray ADDRESS ...` calls them."""
     import argparse
@@ -326,6 +331,7 @@ def test_ray_cli_flags_run_and_final_line(cluster, tmp_path, capsys):
     assert (resumed.nodes, resumed.shards, resumed.opt_state) == (1, 2, "global")
 
 
+@pytest.mark.slow
 def test_ray_sigint_stops_cleanly_with_checkpoint(cluster, tmp_path):
     """Ctrl-C in the driver: nodes stopped, final checkpoint from the shards, exit 130."""
     import signal

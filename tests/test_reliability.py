@@ -29,6 +29,7 @@ def _param(case):
     return pytest.param(case, id=case.name, marks=marks)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [_param(c) for c in CASES])
 def test_case(case, shared):
     reason = skip_reason(case, shared)

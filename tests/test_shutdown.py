@@ -16,6 +16,8 @@ import pytest
 from a3c_core.checkpoint import find_resume_checkpoint, load_checkpoint
 from proc_util import children_of, finish as _finish, start_cli, wait_for_file, wait_gone
 
+pytestmark = pytest.mark.slow  # signals and faults: the slow tier
+
 pytest.importorskip("vizdoom")
 pytest.importorskip("gymnasium")
 

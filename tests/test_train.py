@@ -195,6 +195,7 @@ def test_keyboard_interrupt_writes_checkpoint(tmp_path):
     assert load_checkpoint(str(tmp_path / "run")).meta["counters"]["steps"] > 0
 
 
+@pytest.mark.slow
 def test_real_sigint_stops_cleanly_with_checkpoint(tmp_path):
     """Ctrl-C (SIGINT) on the real CLI: workers stop, a loadable checkpoint, no traceback."""
     import signal

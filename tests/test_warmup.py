@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 
+import pytest
 from proc_util import REPO, alive, wait_gone
 
 # records, in the child, whether each helper start launched a process
@@ -42,6 +43,7 @@ def _env(cache):
     return dict(os.environ, NUMBA_CACHE_DIR=str(cache), PYTHONPATH=REPO)
 
 
+@pytest.mark.slow
 def test_update_kernels_compiled_by_the_helper_load_from_the_cache(tmp_path):
     code = PARENT.replace("SPEC", repr("mlp")).replace("SHAPE", repr((4,)))
     out = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path / "cache"),
@@ -56,6 +58,7 @@ def test_update_kernels_compiled_by_the_helper_load_from_the_cache(tmp_path):
     assert res["sampler"] == [0, 1]
 
 
+@pytest.mark.slow
 def test_no_helper_with_a_warm_cache_or_when_not_parallel(tmp_path):
     code = PARENT.replace("SPEC", repr("mlp")).replace("SHAPE", repr((4,))).replace(
         "warmup.HELPER_DELAY_S = 0.0", "pass").replace("parallel=True", "parallel=False")
@@ -103,6 +106,7 @@ print(json.dumps({"started": started, "hits": hits, "misses": misses}))
 """
 
 
+@pytest.mark.slow
 def test_compile_with_a_helper_leaves_a_complete_cache(tmp_path):
     env = _env(tmp_path / "cache")
     out = subprocess.run([sys.executable, "-c", COMPILE], env=env, capture_output=True,
