@@ -212,7 +212,8 @@ def build_parser():
     _plot_args(pl)
     c = sub.add_parser("compile", help="compile and cache every Numba kernel ahead of time (image builds)",
                        description="Compile every Numba kernel of a3c_core for this machine and write the "
-                                   "cache (next to the installed package, or NUMBA_CACHE_DIR if set), so "
+                                   "cache (<prefix>/share/a3c_core/numba-cache/<version>-<tag>, or "
+                                   "NUMBA_CACHE_DIR if set), so "
                                    "that a new process loads machine code instead of compiling. Run it "
                                    "once after pip install, before making the install read-only.")
     from a3c_core.compile import add_arguments as _compile_args
