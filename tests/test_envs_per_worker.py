@@ -253,7 +253,7 @@ def test_warm_up_compiles_the_reset_variant_for_several_envs(tmp_path, monkeypat
         t = Trainer(Config(env="CartPole-v1", workers=1, envs_per_worker=k, merge_below=0.0,
                            quiet=True, tensorboard=False, run_dir=str(tmp_path / f"r{k}")))
         try:
-            t._warm_up()
+            t.warm_up()
         finally:
             t.close()
     assert seen == [False, True]

@@ -30,7 +30,7 @@ from .families import (FAMILIES, EnvFamily, UnknownEnvId, family_of, register_fa
                        supported_forms)
 
 __all__ = ["Env", "EnvFamily", "FAMILIES", "family_of", "register_family", "make_env",
-           "list_doom_scenarios", "is_atari_id", "supported_forms"]
+           "list_doom_scenarios", "is_atari_id", "supported_forms", "unknown_id_error"]
 
 
 def make_env(env_id, *, seed=0, frame_skip=None, runtime_dir=None, render=False,
@@ -69,7 +69,7 @@ def make_env(env_id, *, seed=0, frame_skip=None, runtime_dir=None, render=False,
     try:
         family = family_of(env_id)
     except UnknownEnvId as exc:
-        raise _unknown_id(env_id.strip(), str(exc)) from None
+        raise unknown_id_error(env_id.strip(), str(exc)) from None
     env_id = env_id.strip()
     defaults = family.defaults_for(env_id)
     common = dict(seed=seed, frame_skip=defaults.frame_skip if frame_skip is None else frame_skip,
@@ -81,10 +81,11 @@ def make_env(env_id, *, seed=0, frame_skip=None, runtime_dir=None, render=False,
     try:
         return family.build(env_id, **common, **kwargs)
     except UnknownEnvId as exc:
-        raise _unknown_id(env_id, str(exc)) from None
+        raise unknown_id_error(env_id, str(exc)) from None
 
 
-def _unknown_id(env_id, reason):
+def unknown_id_error(env_id, reason) -> ValueError:
+    """The error for an id no family builds: the forms, the Doom scenarios, close matches."""
     parts = [f"Unknown env id {env_id!r} ({reason})."]
     parts.append(f"Supported forms: {supported_forms()}.")
     try:

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, fields
 from typing import Optional
 
 from a3c_core.core.optim import OPTIMIZERS
-from a3c_core.envs.families import EnvFamily, family_of
+from a3c_core.envs import unknown_id_error
+from a3c_core.envs.families import EnvFamily, UnknownEnvId, family_of
 from a3c_core.specs import SPECS, spec_options
 
 
@@ -172,6 +173,9 @@ class Config:
         """The env family record of ``env`` (ConfigError naming the field when none)."""
         try:
             return family_of(self.env)
+        except UnknownEnvId as e:
+            raise ConfigError(f"config field 'env' = {self.env!r}: "
+                              f"{unknown_id_error(self.env.strip(), str(e))}") from None
         except ValueError as e:
             raise ConfigError(f"config field 'env' = {self.env!r}: {e}") from None
 

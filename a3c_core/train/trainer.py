@@ -406,8 +406,6 @@ class Trainer:
         finally:
             notice.cancel()
 
-    _warm_up = warm_up      # (the name tests and benchmarks patch)
-
     # -- checkpoints ---------------------------------------------------
     def _counters(self):
         c = self.shared.counters()
