@@ -5,10 +5,15 @@
     state = policy.initial_state()
     action, state = policy.act(raw_frame, state)        # raw env observation
 
+    states = policy.initial_state(64)                   # 64 agents, one call
+    actions, states = policy.act_batch(frames, states, done=episode_over)
+
 Only numpy and numba (plus a3c_core's own compiled preprocessing) are needed
 at run time: no torch, TF, vizdoom or gymnasium.  ``act`` applies the
 preprocessing the agent was trained with (stored in the checkpoint) and runs
-the batch-1 forward step.
+the batch-1 forward step; ``act_batch``/``probs_batch`` do the same for N
+agents at once, each row with its own recurrent state (see
+:meth:`~a3c_core.nn.network.Network.step_batch`).
 
 Observations: the raw env observation (uint8 ``(H, W)``/``(H, W, 3)`` frames,
 or a real vector); lists are accepted.  A wrong type, shape or dtype, or a
@@ -31,7 +36,7 @@ from a3c_core.checkpoint import CheckpointError, check_layout, layout_of, load_c
 from a3c_core.nn.network import network_from_spec
 from a3c_core.obs import ObservationError, ObsPipeline  # noqa: F401 (re-exported)
 from a3c_core.sampling import greedy as greedy_action
-from a3c_core.sampling import sample_categorical
+from a3c_core.sampling import sample_categorical, sample_rows
 
 
 class Policy:
@@ -125,9 +130,13 @@ class Policy:
     def n_actions(self) -> int:
         return self.net.n_actions
 
-    def initial_state(self):
-        """Recurrent state for the start of an episode (None for feed-forward nets)."""
-        return self.net.initial_state()
+    def initial_state(self, n=None):
+        """Recurrent state for the start of an episode (None for feed-forward
+        nets): ``(h, c)`` of shape ``(H,)`` for :meth:`act`, or with ``n``,
+        ``(n, H)`` rows for :meth:`act_batch`."""
+        if n is None:
+            return self.net.initial_state()
+        return self.net.initial_batch_state(n)
 
     def _scratch(self):
         """This thread's (network, input buffer, rng)."""
@@ -151,6 +160,69 @@ class Policy:
             with self._step_lock:
                 probs, value, new_state = net.step(x, state)
         return probs, float(value), new_state
+
+    def _batch_input(self, obs):
+        """The network input rows ``(N, *net_obs_shape)`` for N raw
+        observations (an ``(N, *raw_shape)`` array or a sequence of N), in
+        this thread's buffer; an ObservationError names the bad row."""
+        raw_shape = self.pipeline.raw_shape
+        if isinstance(obs, np.ndarray) and obs.ndim == len(raw_shape) + 1:
+            n = obs.shape[0]
+        elif isinstance(obs, np.ndarray) or not isinstance(obs, (list, tuple)):
+            raise ObservationError(
+                f"act_batch/probs_batch take N raw observations: an array of shape "
+                f"(N, {', '.join(map(str, raw_shape))}) or a list of N, got "
+                f"{type(obs).__name__}{' of shape ' + str(obs.shape) if hasattr(obs, 'shape') else ''}")
+        else:
+            n = len(obs)
+        if n < 1:
+            raise ObservationError("act_batch/probs_batch need at least one observation")
+        loc = self._local
+        buf = getattr(loc, "batch_obs", None)
+        if buf is None or buf.shape[0] < n:
+            buf = loc.batch_obs = np.empty((n,) + tuple(self.pipeline.net_obs_shape),
+                                           dtype=self.net.dtype)
+        rows = buf[:n]
+        for i in range(n):
+            try:
+                self.pipeline(obs[i], rows[i])
+            except ObservationError as e:
+                raise ObservationError(f"observation row {i}: {e}") from None
+        return rows
+
+    def probs_batch(self, obs, states=None, done=None):
+        """N agents at once: ``(probs (N, A), values (N,), new_states)``.
+
+        ``obs``: N raw observations (an ``(N, *raw_shape)`` array or a list);
+        ``states``: ``(h, c)`` of ``(N, H)`` rows (:meth:`initial_state` with
+        ``n``), None for zeros; ``done``: optional bool ``(N,)``, rows that
+        start a new episode (their state is reset first).  The states passed
+        in are never modified.  A bad row (wrong shape or dtype, NaN/inf) is
+        an :class:`ObservationError` naming it, raised before any row is
+        stepped; states that do not match the batch are a ``ValueError``.
+        """
+        net, _ = self._scratch()
+        x = self._batch_input(obs)      # rows checked and preprocessed
+        if self._forks:
+            return net.step_batch(x, states, done)
+        with self._step_lock:
+            return net.step_batch(x, states, done)
+
+    def act_batch(self, obs, states=None, done=None, *, greedy=False, rng=None):
+        """N agents at once: ``(actions int64 (N,), new_states)``; see
+        :meth:`probs_batch`.  Row ``i`` is :meth:`act` on ``obs[i]`` with
+        ``(h[i], c[i])`` (to float32 rounding of the probabilities; sampled
+        with the same inverse CDF, one uniform per row from ``rng``)."""
+        probs, _, new_states = self.probs_batch(obs, states, done)
+        if greedy:
+            return probs.argmax(axis=1).astype(np.int64), new_states
+        if rng is None:
+            rng = getattr(self._local, "rng", None)
+            if rng is None:
+                rng = self._local.rng = np.random.default_rng()
+        actions = np.empty(probs.shape[0], np.int64)
+        sample_rows(probs, rng.random(probs.shape[0]), actions)
+        return actions, new_states
 
     def act(self, obs, state=None, *, greedy=False, rng=None):
         """Pick an action for one raw observation: ``(action, new_state)``.

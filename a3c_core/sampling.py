@@ -35,3 +35,10 @@ def sample_categorical_ref(probs, u):
 def greedy(probs):
     """The most probable action."""
     return int(np.argmax(probs))
+
+
+@kernel
+def sample_rows(probs__na, u__n, out__n):
+    """:func:`sample_categorical` for each row: ``out[i]`` from ``probs[i]`` and ``u[i]``."""
+    for i in range(probs__na.shape[0]):
+        out__n[i] = sample_categorical(probs__na[i], u__n[i])

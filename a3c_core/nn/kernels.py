@@ -1437,3 +1437,35 @@ def lstm_backward(fns, ints, dhs__th, zero__h, w_hh__gh, hs__th, cs__th, gates__
     gemm(fns, ints, da__tg, True, hprev, False, gw_hh__gh, 0.0)
     if want_dx:
         gemm(fns, ints, da__tg, False, w_ih__gi, False, dx__ti, 0.0)
+
+
+# ------------------------------------------------------- batched inference
+@kernel
+def core_heads_rows(top__nh, use_lstm, b_ih__g, b_hh__g, c__nh, h_out__nh, c_out__nh,
+                    wp__ah, bp__a, wv__1h, bv__1, probs__na, values__n):
+    """N agents' LSTM cell (optional) and heads, one row each (the batched
+    inference of :mod:`a3c_core.nn.batch`).  With ``use_lstm``, ``top`` holds
+    each row's gate pre-activations without bias, ``x W_ih^T + h W_hh^T``
+    ``(N, 4H)`` (two BLAS GEMMs), overwritten by the activated gates; the new
+    state goes to ``h_out``/``c_out`` and the heads read ``h_out``.  Without,
+    ``top`` is the encoder's output and the heads read it.  The per-row
+    arithmetic is :func:`_lstm_cell_vec`'s and :func:`_heads_vec`'s (the
+    batch-1 step's), the gate sums in GEMM order."""
+    n = top__nh.shape[0]
+    for r in range(n):
+        if use_lstm:
+            g = top__nh[r]
+            hd = g.shape[0] // 4
+            for k in range(4 * hd):
+                g[k] = g[k] + (b_ih__g[k] + b_hh__g[k])
+            for k in range(hd):
+                i = _sigmoid(g[k])
+                f = _sigmoid(g[hd + k])
+                gg = _tanh(g[2 * hd + k])
+                o = _sigmoid(g[3 * hd + k])
+                c = f * c__nh[r, k] + i * gg
+                c_out__nh[r, k] = c
+                h_out__nh[r, k] = o * _tanh(c)
+            values__n[r] = _heads_vec(h_out__nh[r], wp__ah, bp__a, wv__1h, bv__1, probs__na[r])
+        else:
+            values__n[r] = _heads_vec(top__nh[r], wp__ah, bp__a, wv__1h, bv__1, probs__na[r])

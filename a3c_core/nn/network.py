@@ -117,6 +117,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import blas
+from .batch import BatchStepper
 from . import kernels as K
 from .layers import LSTM, Conv2d, Dense, Heads
 from .layout import ParamLayout
@@ -323,6 +324,7 @@ class Network:
         # (gemm addresses, ints): the backward runs one nogil call per layer
         self._bl = blas.gemm_handle()
         self._bw_calls = {}       # (T, resets) -> the backward-only update's plan (_rollout_plan)
+        self._batch = None        # step_batch's scratch (BatchStepper), made on first use
 
     @property
     def compiled_backward(self) -> bool:
@@ -482,7 +484,8 @@ class Network:
         if not (type(obs) is np.ndarray and obs.dtype == dt and obs.flags.c_contiguous):
             obs = np.ascontiguousarray(obs, dtype=dt)
         if obs.shape != self.obs_shape:
-            obs = obs.reshape(self.obs_shape)
+            # no reshape: (84, 84, 1) has the size of (1, 84, 84) but not its layout
+            raise ValueError(f"obs must have shape {self.obs_shape}, got {obs.shape}")
         probs = np.empty(self.n_actions, dt)
         if self.recurrent:
             if record and state is self._rec_state and state is not None:
@@ -516,6 +519,91 @@ class Network:
             value = K.core_heads_step(x, *self._core_static, h, c, self._gates1, h_out, c_out,
                                       *self._heads_static, probs)
         return probs, value, new_state
+
+    def initial_batch_state(self, n):
+        """``(h, c)`` zeros of shape ``(n, H)`` for :meth:`step_batch` (None without an LSTM)."""
+        if not self.recurrent:
+            return None
+        n = int(n)
+        return (np.zeros((n, self.lstm_size), self._dtype),
+                np.zeros((n, self.lstm_size), self._dtype))
+
+    def batch_state(self, state, n, done=None):
+        """``state`` checked as ``n`` rows for :meth:`step_batch`: ``(h, c)``
+        contiguous ``(n, H)`` arrays of ``dtype`` (copies where needed, never
+        the caller's arrays when a row is reset), rows where ``done`` is true
+        zeroed.  ValueError naming the mismatch."""
+        if not self.recurrent:
+            if state is not None:
+                raise ValueError(f"this {self.spec['name']!r} network has no recurrent state; "
+                                 f"pass state=None")
+            return None
+        if state is None:
+            return self.initial_batch_state(n)
+        try:
+            h, c = state
+        except (TypeError, ValueError):
+            raise ValueError("state must be a pair (h, c) of (N, H) arrays") from None
+        want = (n, self.lstm_size)
+        hs, cs = np.shape(h), np.shape(c)
+        if hs != want or cs != want:
+            raise ValueError(f"the state does not match the batch: h {hs} and c {cs}, expected "
+                             f"{want} ({n} observations, LSTM size {self.lstm_size})")
+        dt = self._dtype
+        copy = done is not None and bool(np.any(done))
+        h = np.array(h, dtype=dt, order="C", copy=copy or None)
+        c = np.array(c, dtype=dt, order="C", copy=copy or None)
+        if copy:
+            h[done] = 0
+            c[done] = 0
+        return h, c
+
+    def step_batch(self, obs, state=None, done=None):
+        """``N`` agents, one step each: ``obs`` ``(N, *obs_shape)`` ->
+        ``(probs (N, A), values (N,), new_state)``.
+
+        ``state`` is ``(h, c)`` of ``(N, H)`` rows (None: zeros; None always
+        for feed-forward specs); ``done`` an optional bool ``(N,)`` mask of
+        rows whose state is reset to zeros first (a new episode).  The input
+        state is never modified; ``new_state`` is new arrays.  Row ``i``
+        equals ``step(obs[i], (h[i], c[i]))`` to float32 rounding.  Raises
+        ValueError for a wrong shape, a state that does not match the batch,
+        or a NaN/inf observation (naming the first such row) before anything
+        is computed.  See :mod:`a3c_core.nn.batch`."""
+        dt = self._dtype
+        obs = np.asarray(obs)
+        if obs.ndim != len(self.obs_shape) + 1 or obs.shape[1:] != self.obs_shape:
+            raise ValueError(f"obs must have shape (N, {', '.join(map(str, self.obs_shape))}), "
+                             f"got {obs.shape}")
+        n = obs.shape[0]
+        if n < 1:
+            raise ValueError("step_batch needs at least one observation")
+        if not (obs.dtype == dt and obs.flags.c_contiguous):
+            obs = np.ascontiguousarray(obs, dtype=dt)
+        if done is not None:
+            done = np.asarray(done, dtype=bool)
+            if done.shape != (n,):
+                raise ValueError(f"done must be {n} booleans (one per observation), "
+                                 f"got shape {done.shape}")
+        if not K.all_finite(obs):
+            bad = int(np.flatnonzero(~np.isfinite(obs.reshape(n, -1)).all(axis=1))[0])
+            raise ValueError(f"observation row {bad} contains NaN or inf; refusing to step "
+                             f"the network (it would poison that agent's LSTM state)")
+        st = self.batch_state(state, n, done)
+        probs = np.empty((n, self.n_actions), dt)
+        values = np.empty(n, dt)
+        if self.recurrent:
+            h, c = st
+            h_out, c_out = np.empty_like(h), np.empty_like(c)
+            new_state = (h_out, c_out)
+        else:
+            h = c = h_out = c_out = None
+            new_state = None
+        stepper = self._batch
+        if stepper is None:
+            stepper = self._batch = BatchStepper(self)
+        stepper(obs, h, c, probs, values, h_out, c_out)
+        return probs, values, new_state
 
     def spare_act(self, obs, h, c, h_out, c_out, probs, raw=None, fn=0, ctx=0):
         """An unrecorded fused step through the worker's act kernel

@@ -1,0 +1,76 @@
+"""Batched recurrent inference: N agents, one step each, in one call.
+
+:meth:`Network.step_batch` (and through it ``Policy.act_batch``) runs here.
+Each of the N rows is its own agent with its own LSTM state; the rows share
+nothing but the weights.  The encoder runs batched over the rows with the
+rollout path's layers (im2col + one BLAS GEMM per conv, one GEMM for the fc:
+the same code the training update's forward uses), the LSTM's gate sums as
+two GEMMs over the rows, and the cell and heads as one nogil kernel
+(``kernels.core_heads_rows``, the batch-1 step's per-row arithmetic).
+
+The rows go through in chunks of at most :data:`CHUNK` (the encoder's im2col
+rows of a chunk stay in cache, and the scratch does not grow with N; see
+docs/results.md for the measurement that picked it).
+
+Results agree with N batch-1 :meth:`Network.step` calls to float32 rounding
+(the GEMMs sum in another order than the fused step's dot products).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import kernels as K
+
+#: rows per pass through the encoder (bounded scratch; measured, see above)
+CHUNK = 64
+
+
+class BatchStepper:
+    """A network's scratch for :meth:`Network.step_batch` (one per Network
+    object, like the rest of its scratch: one per thread)."""
+
+    def __init__(self, net):
+        self.net = net
+        self.cap = 0
+        self.ws = None
+
+    def _workspace(self, rows):
+        if rows <= self.cap:
+            return self.ws
+        net, dt = self.net, self.net.dtype
+        self.ws = [layer.workspace(rows, dt) for layer in net.encoder]
+        hd = max(net.lstm_size, 1)
+        self.gates = np.empty((rows, 4 * hd), dt)
+        self.tmp = np.empty((rows, 4 * hd), dt)
+        self.cap = rows
+        return self.ws
+
+    def __call__(self, obs, h, c, probs, values, h_out, c_out):
+        """Rows of ``obs`` ``(N, *obs_shape)`` (checked, contiguous, ``dtype``)
+        and the state rows ``h``/``c`` ``(N, H)`` (ignored without an LSTM)
+        -> ``probs`` ``(N, A)``, ``values`` ``(N,)``, ``h_out``/``c_out``
+        written."""
+        net = self.net
+        n = obs.shape[0]
+        p = net._p
+        heads = net.heads.step_args(p)
+        for lo in range(0, n, CHUNK):
+            hi = min(n, lo + CHUNK)
+            m = hi - lo
+            ws = self._workspace(min(n, CHUNK))
+            x = obs[lo:hi]
+            for layer, lws in zip(net.encoder, ws):
+                x = layer.forward(lws, p, x, m)
+            x = x.reshape(m, net.n_features)
+            if net.recurrent:
+                w_ih, w_hh, b_ih, b_hh = net.core.step_args(p)
+                top = self.gates[:m]
+                np.dot(x, w_ih.T, out=top)
+                tmp = self.tmp[:m]
+                np.dot(h[lo:hi], w_hh.T, out=tmp)
+                top += tmp
+                K.core_heads_rows(top, True, b_ih, b_hh, c[lo:hi], h_out[lo:hi], c_out[lo:hi],
+                                  *heads, probs[lo:hi], values[lo:hi])
+            else:
+                K.core_heads_rows(x, False, heads[1], heads[1], x, x, x,
+                                  *heads, probs[lo:hi], values[lo:hi])
