@@ -106,10 +106,12 @@ from a3c_core.checkpoint import versions
 from a3c_core.core import Preprocessor
 from a3c_core.envs import make_env
 from a3c_core.envs.doom import DoomEnv
+from a3c_core.export import export_onnx, onnx_session
 from a3c_core.nn import kernels as K
 from a3c_core.nn import torch_twin
 from a3c_core.nn.blas import gemm_handle
 from a3c_core.nn.gradcheck import DEFAULT_OBS
+from a3c_core.policy import Policy
 from a3c_core.nn.network import build_network
 from a3c_core.obs import ObsPipeline
 from a3c_core.timing import blas_kernel_note, blas_note, hugepage_info, time_call  # noqa: F401
@@ -489,6 +491,111 @@ def bench_learner(net, T, repeat, min_time) -> list[Row]:
         rows.append(Row("learner us/agent step (torch)", per["torch"], "us",
                         "PyTorch-A3C style: T inference_mode steps + forward/backward recompute "
                         "+ clip_grad_norm_ + Adam on a shared model + copy back, / T, 1 thread"))
+    return rows
+
+
+#: batch sizes of the embedding rows (issue 43: per-agent cost at N = 1, 8, 64, 256)
+EMBED_NS = (1, 8, 64, 256)
+
+
+def _embed_policy(net, raw_shape, pipe_spec):
+    """A Policy over a copy of ``net``'s weights (so nothing the other rows use is shared)."""
+    twin = build_network(net.spec["name"], net.obs_shape, net.n_actions, **net.spec["kwargs"])
+    twin.params[:] = net.params
+    return Policy.from_network(twin, raw_shape, pipe_spec)
+
+
+def bench_embedding(net, raw_shape, pipe_spec, repeat, min_time, ns=EMBED_NS) -> list[Row]:
+    """Serving N agents from raw frames: ``Policy.act`` (batch 1) and
+    ``Policy.act_batch`` per agent at each N, with the ratio to ``act`` in
+    the notes (one run, each N timed in turn with the batch-1 call so that
+    machine load hits both alike); then onnxruntime (``a3c export --onnx``,
+    one intra-op thread) and PyTorch (the torch twin, one thread) on the
+    same frames where installed, as ratios to ``act_batch``.  One BLAS
+    thread throughout (``a3c bench`` pins it): per-core figures."""
+    policy = _embed_policy(net, raw_shape, pipe_spec)
+    rng = np.random.default_rng(0)
+    nmax = max(ns)
+    if policy.pipeline.kind == "image":
+        frames = rng.integers(0, 256, (nmax,) + tuple(raw_shape), dtype=np.uint8)
+    else:
+        frames = rng.standard_normal((nmax,) + tuple(raw_shape)).astype(np.float32)
+    s1 = policy.initial_state()
+    rows, batch_us = [], {}
+
+    def single():
+        policy.act(frames[0], s1)
+
+    act_all = []
+    for n in ns:
+        states = policy.initial_state(n)
+        fr = frames[:n]
+
+        def batch(fr=fr, states=states):
+            policy.act_batch(fr, states)
+
+        a, b = _interleaved(single, batch, repeat, min_time)
+        act_all += a
+        per = [x / n for x in b]
+        ratio = statistics.median(per) / statistics.median(a)
+        batch_us[n] = statistics.median(per) * 1e6
+        rows.append(Row(f"act_batch N={n} per agent", _us(per), "us",
+                        f"{ratio:.2f}x of Policy.act's batch-1 call (timed in turn with it)",
+                        {"ratio_to_act": ratio, "n": n}))
+    rows.insert(0, Row("Policy.act (batch 1)", _us(act_all), "us",
+                       f"{net.spec['name']}, raw {tuple(raw_shape)} frame -> action"))
+    rows.extend(_bench_embed_peers(policy, frames, repeat, min_time, batch_us))
+    return rows
+
+
+def _bench_embed_peers(policy, frames, repeat, min_time, batch_us) -> list[Row]:
+    """onnxruntime and PyTorch rows of :func:`bench_embedding` (skipped,
+    with a note, where not installed)."""
+    rows = []
+    ns = [n for n in (1, 64) if n in batch_us]
+    try:
+        with tempfile.TemporaryDirectory(prefix="a3c-bench-onnx-") as d:
+            path = export_onnx(policy, os.path.join(d, "policy.onnx"))
+            sess = onnx_session(path)
+    except ImportError as e:
+        rows.append(Row("onnxruntime", [float("nan")], "us", f"skipped: {e}"))
+        sess = None
+    net = policy.net
+    for n in ns if sess is not None else ():
+        feed = {"obs": frames[:n]}
+        if net.recurrent:
+            feed["h"] = np.zeros((n, net.lstm_size), np.float32)
+            feed["c"] = np.zeros((n, net.lstm_size), np.float32)
+        s = time_call(lambda feed=feed: sess.run(None, feed), repeat=repeat, min_time=min_time)
+        per = [x / n for x in s]
+        ratio = statistics.median(per) * 1e6 / batch_us[n]
+        rows.append(Row(f"onnxruntime N={n} per agent", _us(per), "us",
+                        f"{ratio:.2f}x of act_batch N={n} (raw frames in, 1 intra-op thread)",
+                        {"ratio_to_act_batch": ratio, "n": n}))
+    try:
+        torch = torch_twin.import_torch()
+    except ImportError as e:
+        rows.append(Row("pytorch", [float("nan")], "us", f"skipped: {e}"))
+        return rows
+    torch.set_num_threads(1)
+    model = torch_twin.torch_model(net)
+    for n in ns:
+        x = torch.from_numpy(policy._batch_input(frames[:n]).copy())
+        st = None
+        if net.recurrent:
+            st = (torch.zeros(n, net.lstm_size), torch.zeros(n, net.lstm_size))
+
+        def run(x=x, st=st):
+            with torch.no_grad():
+                model.step_batch(x, st)
+
+        s = time_call(run, repeat=repeat, min_time=min_time)
+        per = [v / n for v in s]
+        ratio = statistics.median(per) * 1e6 / batch_us[n]
+        rows.append(Row(f"pytorch N={n} per agent", _us(per), "us",
+                        f"{ratio:.2f}x of act_batch N={n} (network only: frames preprocessed "
+                        f"beforehand; torch {torch.__version__}, 1 thread)",
+                        {"ratio_to_act_batch": ratio, "n": n}))
     return rows
 
 
@@ -952,6 +1059,8 @@ def build_parser():
     p.add_argument("--skip-e2e", action="store_true", help="skip end-to-end training and the GIL probe")
     p.add_argument("--skip-env", action="store_true", help="skip the env step row")
     p.add_argument("--skip-gil", action="store_true", help="skip the GIL probe")
+    p.add_argument("--skip-embed", action="store_true",
+                   help="skip the embedding rows (act_batch, onnxruntime, pytorch)")
     p.add_argument("--json", metavar="PATH", help="also write rows + machine info as JSON")
     return p
 
@@ -1039,6 +1148,14 @@ def _bench_micro(args, env, env_err, runtime, repeat, min_time, peak, quick, add
     net = build_network(spec, obs_shape, n_actions)
     fl = flops(net, T=args.t_max)
     add(bench_network(net, args.t_max, repeat, min_time, peak, fl))
+    if args.skip_embed:
+        skipped.append("embedding rows (--skip-embed)")
+    else:
+        pipe_spec_e = pipe_spec if env is not None else (
+            {"kind": "image", "out_shape": list(obs_shape[1:]), "crop": None}
+            if len(obs_shape) == 3 else {"kind": "vector"})
+        add(bench_embedding(net, raw_shape if env is not None or len(obs_shape) == 3
+                            else obs_shape, pipe_spec_e, repeat, min_time))
     if raw_image and len(raw_shape) in (2, 3):
         add(bench_preprocess(raw_shape, (84, 84), repeat, min_time))
     else:

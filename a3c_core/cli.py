@@ -1,4 +1,4 @@
-"""Command line: ``a3c train | eval | plot | compile | gradcheck | bench`` (also ``python -m a3c_core``).
+"""Command line: ``a3c train | eval | export | plot | compile | gradcheck | bench`` (also ``python -m a3c_core``).
 
 Every command's modules are imported inside the function that runs it, on
 purpose (the one place in a3c_core that does so for its own modules):
@@ -145,6 +145,46 @@ def cmd_eval(args):
     return run_eval(args)
 
 
+def cmd_export(args):
+    """``a3c export RUN_OR_CKPT --onnx PATH | --npz-only PATH``: 0, or 2 with a message."""
+    from a3c_core.checkpoint import CheckpointError
+    from a3c_core.export import ExportError, export_npz, export_onnx, onnx_parity
+    from a3c_core.policy import Policy
+
+    if not (args.onnx or args.npz_only):
+        print("a3c export: error: say what to write: --onnx PATH and/or --npz-only PATH",
+              file=sys.stderr)
+        return 2
+    try:
+        policy = Policy.load(args.source, which=args.which)
+    except (CheckpointError, OSError) as e:
+        print(f"a3c export: error: {e}", file=sys.stderr)
+        return 2
+    src = policy.path
+    steps = (policy.meta.get("counters") or {}).get("steps")
+    said = f" (step {steps:,})" if isinstance(steps, int) else ""
+    try:
+        if args.npz_only:
+            out = export_npz(policy, args.npz_only)
+            print(f"wrote {out}: {os.path.getsize(out):,} bytes, parameters and what Policy.load "
+                  f"needs, from {src}{said} ({os.path.getsize(src):,} bytes)")
+        if args.onnx:
+            out = export_onnx(policy, args.onnx, opset=args.opset)
+            print(f"wrote {out}: {os.path.getsize(out):,} bytes, ONNX opset {args.opset}, raw "
+                  f"observations in, from {src}{said}")
+            try:
+                d = onnx_parity(policy, out)
+            except ImportError:
+                print("  (onnxruntime is not installed: parity not checked)")
+            else:
+                print(f"  onnxruntime parity over 20 steps of 7 agents: max |diff| probs "
+                      f"{d['probs']:.1e}, value {d['value']:.1e}, state {d['state']:.1e}")
+    except (ExportError, ValueError, ImportError) as e:
+        print(f"a3c export: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def cmd_plot(args):
     from a3c_core.plot import run_plot
 
@@ -203,6 +243,21 @@ def build_parser():
     e.add_argument("--gif", metavar="PATH", help="record the first episode as a real-time animated GIF")
     e.add_argument("-v", "--verbose", action="store_true",
                    help="print every episode's return and length (default: off)")
+    x = sub.add_parser("export", help="write a trained policy for deployment: ONNX graph and/or a "
+                                      "policy-only checkpoint",
+                       description="Export a checkpoint (or a run directory's latest/best) for "
+                                   "deployment. --onnx writes one ONNX graph, raw observations + "
+                                   "LSTM state in, probabilities, value and new state out, batch "
+                                   "dimension dynamic (needs pip install 'a3c_core[onnx]'); "
+                                   "--npz-only writes a checkpoint holding only what Policy.load "
+                                   "needs (no optimizer state, about 1/3 of the size). Files are "
+                                   "written atomically.")
+    x.add_argument("source", help="checkpoint file (.npz) or run directory")
+    x.add_argument("--onnx", metavar="PATH", help="write the ONNX graph to PATH")
+    x.add_argument("--npz-only", metavar="PATH", help="write the policy-only checkpoint to PATH")
+    x.add_argument("--which", default="latest", choices=["latest", "best"],
+                   help="which checkpoint of a run directory (default: latest)")
+    x.add_argument("--opset", type=int, default=17, help="ONNX opset (default: 17; 13 or newer)")
     pl = sub.add_parser("plot", help="learning curves of one or more runs as a PNG (needs matplotlib)",
                         description="Plot reward (episodes and moving average) and the loss terms of one or "
                                     "more run directories against agent steps and wall time, runs overlaid. "
@@ -258,6 +313,8 @@ def _main(argv=None):
             print(f"a3c eval: error: --episodes must be >= 1, got {args.episodes}", file=sys.stderr)
             return 2
         return cmd_eval(args)
+    if args.command == "export":
+        return cmd_export(args)
     if args.command == "plot":
         return cmd_plot(args)
     if args.command == "compile":

@@ -394,3 +394,36 @@ def onnx_session(path):
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     return ort.InferenceSession(os.fspath(path), sess_options=so,
                                 providers=["CPUExecutionProvider"])
+
+
+def onnx_parity(policy, path, *, batch=7, steps=20, seed=0) -> dict:
+    """Run the ONNX graph at ``path`` and ``policy.probs_batch`` on the same
+    random raw observations for ``steps`` recurrent steps of ``batch`` agents
+    (state carried through both) and return the largest absolute
+    differences: ``{"probs": .., "value": .., "state": ..}`` (``state`` 0.0
+    for feed-forward specs).  Needs onnxruntime."""
+    sess = onnx_session(path)
+    rng = np.random.default_rng(seed)
+    shape = (batch,) + tuple(policy.pipeline.raw_shape)
+    net = policy.net
+    states = policy.initial_state(batch)
+    feed_state = None if states is None else (states[0].astype(np.float32),
+                                              states[1].astype(np.float32))
+    worst = {"probs": 0.0, "value": 0.0, "state": 0.0}
+    for _ in range(steps):
+        if policy.pipeline.kind == "image":
+            obs = rng.integers(0, 256, shape, dtype=np.uint8)
+        else:
+            obs = rng.standard_normal(shape).astype(np.float32)
+        probs, values, states = policy.probs_batch(obs, states)
+        feed = {"obs": obs}
+        if net.recurrent:
+            feed["h"], feed["c"] = feed_state
+        out = sess.run(None, feed)
+        worst["probs"] = max(worst["probs"], float(np.abs(out[0] - probs).max()))
+        worst["value"] = max(worst["value"], float(np.abs(out[1] - values).max()))
+        if net.recurrent:
+            feed_state = (out[2], out[3])
+            worst["state"] = max(worst["state"], float(np.abs(out[2] - states[0]).max()),
+                                 float(np.abs(out[3] - states[1]).max()))
+    return worst

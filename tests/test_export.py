@@ -400,3 +400,34 @@ def test_npz_only_loads_in_a_minimal_venv(tmp_path):
                        env=env)
     assert r.returncode != 0
     assert not glob.glob(os.fspath(tmp_path / ".tmp-*"))
+
+
+def test_cli_export_writes_both_and_checks_parity(tmp_path, capsys):
+    """``a3c export`` end to end: both files, the parity line, and the errors
+    (nothing asked, a missing checkpoint, an unwritable path) exit 2 and write nothing."""
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from a3c_core.cli import main
+
+    net = build_network("mlp-lstm", (4,), 3, seed=4)
+    net.state_dict()["policy.weight"][...] *= 100
+    src = str(tmp_path / "ckpt.npz")
+    Policy.from_network(net, (4,), env_id="gym:CartPole-v1").save(src)
+    onnx_out, npz_out = str(tmp_path / "out" / "p.onnx"), str(tmp_path / "out" / "p.npz")
+    assert main(["export", src, "--onnx", onnx_out, "--npz-only", npz_out]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {npz_out}" in out and f"wrote {onnx_out}" in out
+    diffs = [float(v) for v in
+             out.split("max |diff| probs ")[1].replace(", value", "").replace(", state", "").split()]
+    assert len(diffs) == 3 and max(diffs) <= 1e-5
+    assert Policy.load(npz_out).probs(np.ones(4, np.float32))[1] == \
+        pytest.approx(Policy.load(src).probs(np.ones(4, np.float32))[1])
+    assert main(["export", src]) == 2
+    assert "--onnx PATH and/or --npz-only PATH" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "missing.npz"), "--onnx", onnx_out]) == 2
+    assert "not found" in capsys.readouterr().err
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["export", src, "--onnx", str(blocker / "p.onnx")]) == 2
+    assert "cannot write" in capsys.readouterr().err
+    assert not os.path.exists(blocker / "p.onnx")

@@ -85,6 +85,15 @@ def torch_model(net):
                 top, state = torch.cat(hs, 0), (h, c)
             return self.policy(top), self.value(top)[:, 0], state
 
+        def step_batch(self, x, state=None):
+            """N agents, one step each (``Network.step_batch``): x ``(N, *obs_shape)``,
+            state ``(h, c)`` of ``(N, H)`` -> ``(probs (N, A), values (N,), state)``."""
+            top = self.features(x)
+            if net.core is not None:
+                state = getattr(self, net.core.name)(top, state)
+                top = state[0]
+            return torch.softmax(self.policy(top), 1), self.value(top)[:, 0], state
+
     model = Twin().to(torch.float64 if net.dtype == np.float64 else torch.float32)
     res = model.load_state_dict({k: torch.from_numpy(np.array(v))
                                  for k, v in net.state_dict().items()})
