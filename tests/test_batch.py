@@ -186,3 +186,19 @@ def test_policy_batch_from_threads():
         t.join()
     for i in range(4):
         np.testing.assert_array_equal(got[i], want[i])
+
+
+@pytest.mark.parametrize("spec", ["doom-lstm", "mlp"])
+def test_few_rows_run_the_batch1_step_bit_for_bit(spec):
+    """Below BATCH_MIN_ROWS the rows take the batch-1 step: identical results."""
+    policy = _policy(spec)
+    n = batch_mod.BATCH_MIN_ROWS - 1
+    frames = _raw(policy, n, np.random.default_rng(6))
+    states = policy.initial_state(n)
+    probs, values, new = policy.probs_batch(frames, states, done=[True] + [False] * (n - 1))
+    for i in range(n):
+        p1, v1, s1 = policy.probs(frames[i])
+        np.testing.assert_array_equal(probs[i], p1)
+        assert values[i] == np.float32(v1)
+        if s1 is not None:
+            np.testing.assert_array_equal(new[0][i], s1[0])

@@ -12,6 +12,9 @@ into a temporary directory:
   ``a3c plot`` runs as written with ``-o`` moved to the temporary directory;
   the commands that need a long run or a device (bench, compile, eval,
   gradcheck) run ``--help``.
+- ``a3c export ...``: runs as written (after the fence's ``a3c train``,
+  whose run directory it reads).
+- ``python examples/X.py ...``: runs as written with ``--ticks 3``.
 - ``python bench/X.py ...``: runs ``--help`` (as written for the quick
   ones in ``QUICK_SCRIPTS``).
 - ``bash bench/X.sh ...``: the script exists and is valid bash; ``--help``
@@ -148,6 +151,8 @@ def _check(cmd, tmp):
                 args += ["-o", os.path.join(tmp, "plot.png")]
             _run([sys.executable, "-m", "a3c_core", *args], tmp)
             assert os.path.getsize(os.path.join(tmp, "plot.png")) > 1000
+        elif args[0] == "export":
+            _run([sys.executable, "-m", "a3c_core", *args], tmp)
         elif args[0] in LONG_A3C:
             _run([sys.executable, "-m", "a3c_core", args[0], "--help"], tmp)
         else:
@@ -156,6 +161,10 @@ def _check(cmd, tmp):
         assert os.path.exists(os.path.join(ROOT, toks[1])), f"{cmd}: {toks[1]} does not exist"
         rest = toks[2:] if toks[1] in QUICK_SCRIPTS or "--help" in toks else ["--help"]
         _run([sys.executable, toks[1], *rest], tmp)
+    elif toks[:1] in (["python"], ["python3"]) and len(toks) > 1 \
+            and toks[1].startswith("examples/"):
+        assert os.path.exists(os.path.join(ROOT, toks[1])), f"{cmd}: {toks[1]} does not exist"
+        _run([sys.executable, *toks[1:], "--ticks", "3"], tmp)
     elif toks[:1] == ["bash"] and len(toks) > 1:
         path = os.path.join(ROOT, toks[1])
         assert os.path.exists(path), f"{cmd}: {toks[1]} does not exist"

@@ -8,7 +8,9 @@ the same code the training update's forward uses), the LSTM's gate sums as
 two GEMMs over the rows, and the cell and heads as one nogil kernel
 (``kernels.core_heads_rows``, the batch-1 step's per-row arithmetic).
 
-The rows go through in chunks of at most :data:`CHUNK` (the encoder's im2col
+Fewer than :data:`BATCH_MIN_ROWS` rows run the batch-1 step (the fused
+kernel for the doom specs) row by row: there it measures faster.  The rows
+go through in chunks of at most :data:`CHUNK` (the encoder's im2col
 rows of a chunk stay in cache, and the scratch does not grow with N; see
 docs/results.md for the measurement that picked it).
 
@@ -23,6 +25,12 @@ from . import kernels as K
 
 #: rows per pass through the encoder (bounded scratch; measured, see above)
 CHUNK = 64
+
+#: below this many rows :meth:`Network.step_batch` runs the batch-1 step per
+#: row instead: measured 2026-11-28 (2-core VM, one BLAS thread, per-row us
+#: batched / batch-1) doom-lstm 1.22, 1.50, 1.22 at N = 1, 2, 3 and 0.88 at
+#: 4; mlp-lstm 2.5, 1.18 at 1, 2 and 0.81 at 3; atari-lstm 1.2 at 2, 0.99 at 3
+BATCH_MIN_ROWS = 4
 
 
 class BatchStepper:
