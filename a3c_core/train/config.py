@@ -89,7 +89,11 @@ _RANGES = {
     "max_skipped_updates": (0, 10**9),
     "repeat_action_probability": (0.0, 1.0),
     "advantage_horizon": (0.0, 1e12),
+    "exploration_scale": (0.0, 1000.0),
 }
+
+#: the exploration bonuses ``exploration`` names (a3c_core.nn.rnd: rnd)
+EXPLORATIONS = ("none", "rnd")
 
 
 @dataclass
@@ -124,6 +128,8 @@ class Config:
     advantage_horizon: float = _f(20_000.0, "samples the advantages' running RMS averages over (0 = the whole run)")
     min_rollout: int = _f(0, "a rollout ending with its episode before this many steps runs on into the next (t_max = every rollout t_max steps)")
     merge_below: float = _f(8.0, "with min_rollout 0: a worker whose episodes average fewer steps than this runs rollouts across episodes (0 = off)")
+    exploration: str = _f("none", "exploration bonus: none, or rnd (Random Network Distillation: an intrinsic reward for frames the agents have seen rarely, added to the learning reward; image observations only)")
+    exploration_scale: float = _f(0.5, "weight of the exploration bonus (normalized by the running std of the intrinsic return) against the normalized extrinsic reward, in (0, 1000]")
     obs_norm: Optional[bool] = _f(None, "normalize image frames by a mean frame and std measured on random play (default: the family's; on for doom and Atari)")
     obs_norm_frames: int = _f(2000, "frames of random play obs_norm measures on")
     reward_clip: Optional[float] = _f(None, "clip raw rewards to [-reward_clip, reward_clip] for learning (default: the family's; 1 for Atari, 0 = off)")
@@ -238,6 +244,10 @@ class Config:
                 "(no limit): set --lr-anneal-steps or --total-steps")
         if self.reward_scale is not None and not self.reward_scale > 0:
             bad("reward_scale", "must be > 0")
+        if self.exploration not in EXPLORATIONS:
+            bad("exploration", f"unknown exploration bonus; choose one of {', '.join(EXPLORATIONS)}")
+        if not self.exploration_scale > 0:
+            bad("exploration_scale", "must be > 0")
         return self
 
     # -- (de)serialisation ----------------------------------------------------
@@ -378,6 +388,9 @@ def resolve(cfg: Config, obs_kind: str = "image") -> Resolved:
     picks the network).  ConfigError naming the field when one does not apply."""
     family = cfg.family()
     d = family.defaults_for(cfg.env)
+    if cfg.exploration != "none" and obs_kind != "image":
+        raise ConfigError(f"config field 'exploration' = {cfg.exploration!r}: needs image "
+                          f"observations; {cfg.env} gives vectors")
     spec = cfg.spec if cfg.spec != "auto" else d.network.get(obs_kind, "mlp-lstm"
                                                                 if obs_kind == "vector"
                                                                 else "doom-lstm")

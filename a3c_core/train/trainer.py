@@ -40,6 +40,7 @@ from a3c_core import checkpoint as ck
 from a3c_core._blas import blas_threads
 from a3c_core.checkpoint import CheckpointError, save_checkpoint
 from a3c_core.envs import make_env
+from a3c_core.nn.rnd import warm_up as warm_up_rnd
 from a3c_core.obs import ObsPipeline
 from a3c_core.train.backends import Backend, ThreadBackend, TrainingError
 from a3c_core.train.build import build_parts, new_network, plan_run, restore_checkpoint, worker_offset
@@ -173,6 +174,7 @@ class Trainer:
     _param_snapshot_updates = 0
     norm_seconds = None             # how long measuring the image normalization took (a new run)
     _resume_counters = None
+    _explore_prev = 0.0             # the exploration sums at the last log (explore_totals)
 
     def __init__(self, cfg: Config, *, resume: str | None = None, out=None,
                  backend: Backend | None = None):
@@ -182,6 +184,10 @@ class Trainer:
             processes, why = backend_choice(cfg)
             backend = ProcessBackend(why) if processes else ThreadBackend(why)
         self.backend = backend
+        if cfg.exploration != "none" and not backend.explores:
+            raise ConfigError(f"config field 'exploration' = {cfg.exploration!r}: not with "
+                              f"{type(backend).__name__} ({backend.name}); only worker threads "
+                              "and worker processes run the bonus")
         self._envs = []
         self._starter = None      # the thread that starts the workers' envs (start_envs)
         self.logger = None
@@ -217,6 +223,8 @@ class Trainer:
         self.stop_event = threading.Event()
         self.errors = []  # (worker id or what failed, traceback text)
         self.rewards = RewardWindows(cfg.reward_window, LONG_WINDOW_FACTOR * cfg.reward_window)
+        #: exploration on: each episode's mean bonus per step (the progress line's "int")
+        self.intrinsic = RewardWindows(cfg.reward_window, cfg.reward_window)
         try:
             env = self._env(0, pin=True)  # unknown ids fail before any file is written
             self.plan = plan = plan_run(cfg, env, ckpt)
@@ -231,7 +239,7 @@ class Trainer:
             for note in plan.notes:
                 self.resume_note += f"; {note}"
             self.store = ThreadStore(self.shared, self.normalizer, self._on_episode,
-                                     self.adv_normalizer)
+                                     self.adv_normalizer, explore=self.explore)
             self.backend.bind(self)
             self.backend.prepare()
         except BaseException:
@@ -263,6 +271,11 @@ class Trainer:
     @property
     def adv_normalizer(self):
         return self.parts.adv_normalizer
+
+    @property
+    def explore(self):
+        """The shared RND state (``exploration = "rnd"``), else None."""
+        return self.parts.explore
 
     @property
     def spec_name(self) -> str:
@@ -403,6 +416,8 @@ class Trainer:
         try:
             with self._signals.deferred():  # a Ctrl-C lands between compiles
                 warm_up_network(new_network(self.plan), self.plan.resolved.records_resets)
+                if self.explore is not None:
+                    warm_up_rnd(self.explore.obs_shape)
         finally:
             notice.cancel()
 
@@ -451,6 +466,11 @@ class Trainer:
                                      else self.adv_normalizer.state_dict()),
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
+        if self.explore is not None:
+            # the RND predictor, its optimizer and target (save_checkpoint stores
+            # them beside the optimizer's arrays, as opt/rnd/...)
+            meta["exploration"] = self.explore.meta()
+            arrays.update(self.explore.arrays())
         if not np.all(np.isfinite(st["params"])):
             raise CheckpointError(
                 f"parameters are no longer finite (the run diverged); {which}.npz not written, "
@@ -465,14 +485,18 @@ class Trainer:
     def moving_avg(self):
         return self.rewards.averages()[0]
 
-    def _on_episode(self, wid, ret, length, index):
+    def _on_episode(self, wid, ret, length, index, intrinsic=None):
         step, wall = self.backend.episode_stamp()
-        self.log_episode(wid, ret, length, index, step, wall)
+        self.log_episode(wid, ret, length, index, step, wall, intrinsic)
 
-    def log_episode(self, wid, ret, length, index, step, wall):
+    def log_episode(self, wid, ret, length, index, step, wall, intrinsic=None):
         self.rewards.add(ret)
         if self.logger is not None:
             self.logger.episode(index, wall, step, wid, ret, length)
+        if intrinsic is not None:       # exploration on: the episode's mean bonus per step
+            self.intrinsic.add(intrinsic)
+            if self.logger is not None:
+                self.logger.scalar("charts/episodic_intrinsic", intrinsic, step, wall)
 
     def _maybe_save_best(self):
         """best.npz: the best long average, once ``reward_window`` episodes have finished."""
@@ -629,6 +653,15 @@ class Trainer:
                 log.scalar(f"losses/{name}", d[i] / n_upd, steps, el)
         if d[5] > 0:
             log.scalar("losses/skipped_updates", d[5], steps, el)
+        ex = self.backend.explore_totals() if self.explore is not None else None
+        if ex is not None:
+            dx = ex - self._explore_prev
+            self._explore_prev = ex
+            if dx[3] > 0:
+                log.scalar("losses/rnd_loss", dx[0] / dx[3], steps, el)
+                log.scalar("charts/intrinsic_reward", dx[1] / dx[3], steps, el)
+                log.scalar("charts/novelty", dx[2] / dx[3], steps, el)
+            log.scalar("charts/intrinsic_scale", self.explore.normalizer.scale, steps, el)
         stats = getattr(self.shared.optimizer, "moment_stats", None)
         if stats is not None and self.backend.live_optimizer and self.shared.updates > 0:
             den_rms, upd_rms = stats()
@@ -696,6 +729,9 @@ class Trainer:
         skipped = int(self.shared.skipped_updates)
         if skipped:
             losses += f" skipped {skipped}"
+        if self.explore is not None:
+            bonus = self.intrinsic.averages()[0]
+            losses += " | int " + ("n/a" if bonus is None else f"{bonus:.4f}")
         short, long_avg, n = self.rewards.averages()
         w = self.cfg.reward_window
         avg_s = "   n/a" if short is None else f"{short:7.2f}"

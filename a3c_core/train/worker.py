@@ -59,6 +59,20 @@ Python between the kernels, the clip and apply passes over the flat arrays)
 are paid once per K rollouts' steps.  Each env's fields (``env``,
 ``state``, ``obs_buf``, ``ep_return``... :attr:`Worker.ENV_FIELDS`) are the
 worker's own while it plays that env (:meth:`Worker._use`).
+
+Exploration bonus (``RolloutSettings.exploration = "rnd"``, off by default;
+:mod:`a3c_core.nn.rnd`): between steps 3 and 4 the worker runs the RND
+target and its local copy of the predictor over the rollout's recorded
+observation rows (and the observation each cut part bootstraps from), pays
+each step the normalized novelty of its next observation
+(:func:`~a3c_core.nn.rnd.rollout_bonus`; the running intrinsic return per
+env is non-episodic) and adds it to the learning reward after the
+extrinsic reward's clip and scale, before GAE (the targets then take the
+separate calls, :meth:`Worker._targets_separate`).  After the policy's
+``store.apply``, ``store.explore_apply`` applies the predictor's gradient
+to the shared predictor the same way (Hogwild, clipped, the local copy
+refreshed in the sweep).  Finished episodes are reported with their mean
+bonus per step (``record_episode(..., intrinsic=)``).
 """
 from __future__ import annotations
 
@@ -71,9 +85,10 @@ import numpy as np
 from a3c_core.core import gae
 from a3c_core.core.normalize import clip_into, running_returns, scale_clip_into
 from a3c_core.core.targets import BAD_ADVANTAGES, BAD_RETURNS, rollout_targets
+from a3c_core.nn.rnd import rollout_bonus
 from a3c_core.sampling import sample_categorical
 
-__all__ = ["RolloutSettings", "LossStats", "Store", "ThreadStore", "Worker"]
+__all__ = ["RolloutSettings", "LossStats", "ExploreStats", "Store", "ThreadStore", "Worker"]
 
 
 @dataclass(frozen=True)
@@ -108,6 +123,11 @@ class RolloutSettings:
     #: than t_max steps (see Worker.merging); 0 = off
     merge_below: float = 0.0
     merge_window: int = 1000
+    #: "rnd": add the Random Network Distillation bonus to the learning
+    #: rewards (the store's ``explore``, see a3c_core.nn.rnd); "none": off
+    exploration: str = "none"
+    #: the bonus's weight (it is normalized by the intrinsic return's std)
+    exploration_scale: float = 0.5
 
 
 class LossStats:
@@ -128,12 +148,22 @@ class LossStats:
         return np.array([getattr(self, f) for f in self.FIELDS], np.float64)
 
 
+class ExploreStats(LossStats):
+    """Running sums of one worker's exploration bonus (RND): the predictor's
+    loss, the mean bonus per step added to the rewards and the mean raw
+    novelty, per update; ``updates`` counts them."""
+
+    FIELDS = ("rnd_loss", "intrinsic", "novelty", "updates")
+
+
 class Store:
     """The shared-state seam a :class:`Worker` talks to (see the module docstring)."""
 
     steps: int
     #: apply(..., local=params) also refreshes the worker's params (see above)
     syncs_on_apply = False
+    #: the shared RND state (a3c_core.nn.rnd.RNDShared) with exploration "rnd", else None
+    explore = None
 
     def pull(self, local_params) -> None:
         raise NotImplementedError
@@ -151,6 +181,14 @@ class Store:
         raise NotImplementedError
 
     def advantage_scale(self, advantages) -> float:
+        raise NotImplementedError
+
+    def explore_apply(self, grads, max_grad_norm, offset=0, local=None):
+        """:meth:`apply` for the RND predictor's gradient (``explore.shared``)."""
+        raise NotImplementedError
+
+    def intrinsic_scale(self, returns) -> float:
+        """:meth:`reward_scale` for the intrinsic returns (``explore.normalizer``)."""
         raise NotImplementedError
 
     def target_stats(self):
@@ -173,10 +211,12 @@ class ThreadStore(Store):
 
     syncs_on_apply = True
 
-    def __init__(self, shared, normalizer=None, on_episode=None, adv_normalizer=None):
+    def __init__(self, shared, normalizer=None, on_episode=None, adv_normalizer=None,
+                 explore=None):
         self.shared = shared
         self.normalizer = normalizer
         self.adv_normalizer = adv_normalizer
+        self.explore = explore
         self.on_episode = on_episode
         self.consecutive_skips = 0
         self._lock = threading.Lock()
@@ -201,17 +241,26 @@ class ThreadStore(Store):
     def add_steps(self, n):
         return self.shared.add_steps(n)
 
-    def record_episode(self, wid, raw_return, length):
+    def record_episode(self, wid, raw_return, length, intrinsic=None):
         with self.episode_lock:
             idx = self.shared.add_episodes(1)
             if self.on_episode is not None:
-                self.on_episode(wid, raw_return, length, idx)
+                if intrinsic is None:
+                    self.on_episode(wid, raw_return, length, idx)
+                else:       # (exploration on: the episode's mean bonus per step)
+                    self.on_episode(wid, raw_return, length, idx, intrinsic=intrinsic)
 
     def reward_scale(self, returns):
         return self.normalizer.update(returns)
 
     def advantage_scale(self, advantages):
         return self.adv_normalizer.update(advantages)
+
+    def explore_apply(self, grads, max_grad_norm, offset=0, local=None):
+        return self.explore.shared.apply(grads, max_grad_norm, offset=offset, sync_to=local)
+
+    def intrinsic_scale(self, returns):
+        return self.explore.normalizer.update(returns)
 
     def target_stats(self):
         out = []
@@ -320,6 +369,7 @@ class Worker:
         self._started = False
         self._fused_sync = bool(getattr(store, "syncs_on_apply", False))
         self._fresh = False       # net.params already hold the global params (set by apply)
+        self._init_explore()
         # the lengths of this worker's last merge_window episodes (merge_below)
         self._lengths = np.zeros(max(int(settings.merge_window), 1), np.int64)
         self._n_lengths = 0
@@ -334,13 +384,91 @@ class Worker:
     #: the per-env fields of a worker: the env, its LSTM state, the frame or
     #: obs a rollout carries to the next, its episode's running figures
     ENV_FIELDS = ("env", "state", "_frame", "ep_return", "ep_length", "_ret_acc", "_started",
-                  "obs_buf", "_obs_rows")
+                  "obs_buf", "_obs_rows", "ep_intrinsic")
 
     def _fresh_slot(self, env):
         obs_buf = np.zeros_like(self.obs_buf)
         return {"env": env, "state": None, "_frame": None, "ep_return": 0.0, "ep_length": 0,
                 "_ret_acc": 0.0, "_started": False, "obs_buf": obs_buf,
-                "_obs_rows": list(obs_buf)}
+                "_obs_rows": list(obs_buf), "ep_intrinsic": 0.0}
+
+    # -- exploration bonus (RND) -------------------------------------------------
+    def _init_explore(self):
+        """With ``exploration = "rnd"``: this worker's RND compute (the shared
+        target, a local copy of the predictor; :mod:`a3c_core.nn.rnd`) and
+        its per-rollout buffers.  Each env keeps a running NON-episodic
+        intrinsic return (``_int_acc[k]``: the paper's intrinsic stream
+        ignores episode ends) and the bonus of its episode so far
+        (``ep_intrinsic``, reported with the episode as its mean per step)."""
+        self.ep_intrinsic = 0.0
+        self.rnd = None
+        self.explore_stats = None
+        if self.s.exploration == "none":
+            return
+        ex = getattr(self.store, "explore", None)
+        if self.s.exploration != "rnd" or ex is None:
+            raise ValueError(f"Worker: exploration {self.s.exploration!r} needs a store with "
+                             "the shared RND state (store.explore)")
+        self.rnd = ex.new_net()
+        self.rnd.reserve(self._rows + self.n_envs)
+        n_net = max(int(getattr(self.net, "n_params", 0) or 0), 1)
+        # the predictor's sweep starts where the policy's does, proportionally
+        self._rnd_offset = (self.offset * self.rnd.n_params // n_net) // 16 * 16
+        self._rnd_fresh = False
+        self._bonus = np.zeros(self._rows, np.float64)
+        self._int_acc = [0.0] * self.n_envs
+        self._next_obs = np.zeros((self.n_envs,) + self.obs_buf.shape[1:], self.obs_buf.dtype)
+        self._rnd_parts = []        # (env k, start row, rows, cut by t_max) of this rollout
+        self.explore_stats = ExploreStats()
+
+    def _rnd_part(self, k, off, n, ended):
+        """After env ``k``'s part of a rollout (rows ``off .. off+n-1``): where
+        its last segment was cut, not ended, ``obs_buf[0]`` holds the
+        observation after it (its bootstrap input): keep a copy."""
+        if not ended:
+            self._next_obs[k] = self.obs_buf[0]
+        self._rnd_parts.append((k, off, n, not ended))
+
+    def _rnd_bonus(self, n, n_seg, across):
+        """The rollout's bonus per step into ``_bonus[:n]`` (see
+        :func:`a3c_core.nn.rnd.rollout_bonus`) and the predictor's gradient;
+        each env's current episode is credited with its part's bonus."""
+        s = self.s
+        seg_ends = self._seg_end[:n_seg].tolist()
+        seg_next = [False] * n_seg
+        nxt = {}
+        spans = []
+        accs = []
+        last = self._last_seg
+        for k, off, m, cut in self._rnd_parts:
+            spans.append((off, off + m))
+            accs.append(self._int_acc[k])
+            if cut:
+                j = last[k]
+                seg_next[j] = True
+                nxt[seg_ends[j]] = self._next_obs[k:k + 1]
+        loss = rollout_bonus(self.rnd, self.store.intrinsic_scale, self.net.recorded_obs[:n],
+                             nxt, seg_ends, seg_next, spans, accs, float(s.gamma),
+                             float(s.exploration_scale), float(s.norm_clip), self._bonus)
+        bonus = self._bonus
+        # each env's episode so far gets its part's bonus; a part that holds
+        # episode ends (rollouts across episodes) credits only its last segment,
+        # the running one: the others' episodes were reported while it played
+        a0s = [0] + seg_ends[:-1]
+        for (k, off, m, cut), acc in zip(self._rnd_parts, accs):
+            self._int_acc[k] = acc
+            j = last[k]
+            part = float(bonus[a0s[j]:seg_ends[j]].sum()) if cut or not across else 0.0
+            if k == self._cur:
+                self.ep_intrinsic += part
+            else:
+                self._slots[k]["ep_intrinsic"] += part
+        self._rnd_parts.clear()
+        st = self.explore_stats
+        st.rnd_loss += loss
+        st.intrinsic += float(bonus[:n].mean())
+        st.novelty += self.rnd.last_novelty
+        st.updates += 1
 
     def _use(self, k):
         """Make env ``k`` the current one: its fields become the worker's
@@ -392,7 +520,12 @@ class Worker:
         False until the game ends), then start the next episode (``defer``:
         see :meth:`start_episode`; returns its frame or None)."""
         if getattr(self.env, "episode_over", True):
-            self.store.record_episode(self.wid, self.ep_return, self.ep_length)
+            if self.rnd is None:
+                self.store.record_episode(self.wid, self.ep_return, self.ep_length)
+            else:
+                self.store.record_episode(self.wid, self.ep_return, self.ep_length,
+                                          intrinsic=self.ep_intrinsic / max(self.ep_length, 1))
+                self.ep_intrinsic = 0.0
             if self.s.merge_below > 0:
                 self._track_length(self.ep_length)
             self.ep_return, self.ep_length = 0.0, 0
@@ -433,6 +566,9 @@ class Worker:
         if not self._fresh:
             self.store.pull(self.net.params)
         self._fresh = False
+        rnd = self.rnd
+        if rnd is not None and not self._rnd_fresh:
+            self.store.explore.shared.sync_to(rnd.params)
         across = self.s.min_steps > 1 or self.merging
         T = self.s.t_max
         # the steps record their activations (fixed local params during the
@@ -454,7 +590,11 @@ class Worker:
                 if term or trunc:
                     ended.append(k)
             last_seg[k] = n_seg - 1
+            if rnd is not None:
+                self._rnd_part(k, off, n, term or trunc)
             off += n
+        if rnd is not None:
+            self._rnd_bonus(off, n_seg, across)
         ret, adv = self._targets(off, n_seg)
         # each env's running return (normalized rewards) and, for the paper's
         # rollouts, its episode return (across: added per step)
@@ -676,7 +816,9 @@ class Worker:
         (core.targets) or, without the store's arrays, the separate calls;
         the same values."""
         s = self.s
-        if self._stats is None:
+        if self._stats is None or self.rnd is not None:
+            # (with the bonus: the separate calls, the bonus added to the
+            # learning rewards between their scaling and the GAE)
             return self._targets_separate(n, n_seg)
         rn_st, rn_prm, an_st, an_prm = self._stats
         fixed = np.nan if s.reward_scale is None else float(s.reward_scale)
@@ -709,6 +851,11 @@ class Worker:
             self._seg_raw[k] = raw_sum
             a0 = b0
         self._scale_segments(segs)
+        if self.rnd is not None:
+            # the exploration bonus (normalized, scaled: _rnd_bonus) joins the
+            # learning reward before the returns and advantages
+            r = self.rewards[:n]
+            np.add(r, self._bonus[:n], out=r, casting="unsafe")
         ret = np.empty(n, np.float32)
         adv = np.empty(n, np.float32)
         for a0, b0, boot, _ in segs:
@@ -731,6 +878,8 @@ class Worker:
             self._fresh = applied     # a skipped update left net.params as they were
         else:
             norm, applied = self.store.apply(self.net.grads, s.max_grad_norm, self.offset)
+        if self.rnd is not None:
+            self._rnd_apply()
         if applied:
             st.policy_loss += loss["policy_loss"] / n
             st.value_loss += loss["value_loss"] / n
@@ -740,6 +889,17 @@ class Worker:
         else:
             st.skipped += 1
         return applied
+
+    def _rnd_apply(self):
+        """The predictor's gradient to the shared predictor (Hogwild, clipped
+        like the policy's), refreshing the local copy in the same sweep."""
+        rnd, s = self.rnd, self.s
+        if self._fused_sync:
+            _, applied = self.store.explore_apply(rnd.grads, s.max_grad_norm, self._rnd_offset,
+                                                  local=rnd.params)
+            self._rnd_fresh = applied
+        else:
+            self.store.explore_apply(rnd.grads, s.max_grad_norm, self._rnd_offset)
 
     def run(self, stop: threading.Event, total_steps=0):
         """Rollouts until ``stop`` is set or ``total_steps`` (0 = no limit) is reached."""
