@@ -91,6 +91,10 @@ def _cmd_train(args):
                       f"{', '.join(ignored)} (docs/defaults.md)", flush=True)
             changes = {f.name: getattr(args, f.name) for f in _fields(Config)
                        if getattr(args, f.name) is not None}
+            other = changes.pop("run_dir", None)
+            if other is not None and os.path.abspath(other) != os.path.abspath(args.resume):
+                raise ConfigError(f"--run-dir {other} with --resume {args.resume}: a resumed run "
+                                  f"writes to its own directory; drop --run-dir")
             cfg = base.replace(run_dir=args.resume, **changes)
         else:
             cfg = _config_from_args(args)

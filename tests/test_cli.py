@@ -77,6 +77,23 @@ def test_a_removed_flag_is_an_error_saying_why(tmp_path):
             assert main(["train", "--env", "CartPole-v1", *argv]) == 2, argv
 
 
+def test_resume_with_another_run_dir_is_a_clear_error(tmp_path, capsys):
+    """``a3c train --resume R --run-dir OTHER``: exit 2 naming both, nothing
+    written to OTHER; ``--run-dir R`` (the same directory) is accepted."""
+    from a3c_core.cli import main
+
+    run = tmp_path / "run"
+    assert main(["train", "--env", "CartPole-v1", "--workers", "1", "--total-steps", "300",
+                 "--run-dir", str(run), "--quiet"]) == 0
+    other = tmp_path / "other"
+    assert main(["train", "--resume", str(run), "--run-dir", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert "--run-dir" in err and "--resume" in err and "Traceback" not in err
+    assert not other.exists()
+    assert main(["train", "--resume", str(run), "--run-dir", str(run), "--total-steps", "600",
+                 "--quiet"]) == 0
+
+
 def test_eval_help_documents_every_option():
     out = a3c("eval", "--help")
     assert out.returncode == 0
