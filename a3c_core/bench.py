@@ -108,6 +108,7 @@ from a3c_core.envs import make_env
 from a3c_core.envs.doom import DoomEnv
 from a3c_core.export import export_onnx, onnx_session
 from a3c_core.nn import kernels as K
+from a3c_core.nn import rnd
 from a3c_core.nn import torch_twin
 from a3c_core.nn.blas import gemm_handle
 from a3c_core.nn.gradcheck import DEFAULT_OBS
@@ -313,6 +314,8 @@ def bench_network(net, T, repeat, min_time, peak, fl) -> list[Row]:
     rows.append(Row(f"update T={T}", _us(s), "us", "loss_and_grad + clip + Adam apply + sync_params"))
 
     rows.extend(bench_learner(net, T, repeat, min_time))
+    if len(net.obs_shape) == 3 and net.spec["name"] == "doom-lstm":
+        rows.append(bench_exploration(net, T, repeat))
 
     grads = (rng.standard_normal(net.n_params) * 1e-3).astype(net.params.dtype)
     params = net.params.copy()
@@ -492,6 +495,19 @@ def bench_learner(net, T, repeat, min_time) -> list[Row]:
                         "PyTorch-A3C style: T inference_mode steps + forward/backward recompute "
                         "+ clip_grad_norm_ + Adam on a shared model + copy back, / T, 1 thread"))
     return rows
+
+
+def bench_exploration(net, T, repeat) -> Row:
+    """The RND exploration bonus's cost (``--exploration rnd``): learner µs
+    per agent step with the bonus against the plain update, alternated in
+    one run (:func:`a3c_core.nn.rnd.measure_cost`; target <= 1.3x)."""
+    r = rnd.measure_cost(t_max=T, repeat=max(4 * repeat + 1, 11), warmup=3,
+                         obs_shape=tuple(net.obs_shape), n_actions=net.n_actions)
+    return Row("learner + RND bonus us/agent step", [r["bonus_us_per_step"]], "us",
+               f"{r['ratio']:.2f}x of the plain update's {r['plain_us_per_step']:.0f} us "
+               f"(T={T}, medians of {r['repeat']} alternating rounds; "
+               f"{r['rnd_params']:,} predictor params)",
+               {"ratio": r["ratio"], "plain_us_per_step": r["plain_us_per_step"]})
 
 
 #: batch sizes of the embedding rows (issue 43: per-agent cost at N = 1, 8, 64, 256)

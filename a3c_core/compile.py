@@ -15,8 +15,9 @@ their home directory, so image builds should run
 
 If the prefix is not writable it fills the per-user cache instead (and says so).
 
-:func:`warm_up` runs every network spec's step and rollout kernels, the
-sampler and the gradient clip at the run-time dtypes, which compiles (or
+:func:`warm_up` runs every network spec's step, batched inference
+(``Policy.act_batch``) and rollout kernels, the samplers, the exploration
+bonus's kernels and the gradient clip at the run-time dtypes, which compiles (or
 loads) every signature a policy or a trainer uses. With 2+ usable CPUs a helper
 process compiles the update kernels meanwhile (not with ``--check``, which
 must see the cache as it is).  ``a3c compile --check``
@@ -79,8 +80,10 @@ def warm_up(specs=None, dtypes=(np.float32,), parallel=False):
     on-disk cache while this process compiles the steps, which it runs first;
     what the helper compiled then loads here.
     """
+    from a3c_core.nn import rnd
+    from a3c_core.nn.batch import BATCH_MIN_ROWS
     from a3c_core.nn.network import SPECS, build_network
-    from a3c_core.sampling import sample_categorical
+    from a3c_core.sampling import sample_categorical, sample_rows
 
     specs = list(specs or SPECS)
     helper = None
@@ -102,6 +105,11 @@ def warm_up(specs=None, dtypes=(np.float32,), parallel=False):
                 probs, _, state = net.step(np.zeros(obs_shape, dtype), net.initial_state())
                 net.step(np.ones(obs_shape, dtype), state)
                 sample_categorical(probs, 0.5)
+                # Policy.act_batch: the batched inference and the row sampler
+                n = BATCH_MIN_ROWS
+                bprobs, _, bstate = net.step_batch(np.zeros((n,) + obs_shape, dtype))
+                net.step_batch(np.ones((n,) + obs_shape, dtype), bstate)
+                sample_rows(bprobs, np.full(n, 0.5), np.empty(n, np.int64))
                 nets.append((net, dtype, obs_shape))
         if helper is not None:
             helper.wait()
@@ -122,6 +130,8 @@ def warm_up(specs=None, dtypes=(np.float32,), parallel=False):
                 for t in range(T):
                     _, _, s = net.step(obs[t], s, record=True)
                 net.rollout_grad(actions, returns, adv)
+        if any(len(shape) == 3 for _, _, shape in nets):
+            rnd.warm_up((1, 84, 84))        # the exploration bonus (--exploration rnd)
     finally:
         if helper is not None:
             helper.stop()
