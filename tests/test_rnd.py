@@ -428,7 +428,9 @@ def _train(run, *extra):
                           cwd=os.path.dirname(run))
 
 
-@pytest.mark.parametrize("backend", ["--no-worker-processes", "--worker-processes"])
+# processes in the slow tier: the default tier's time is near its 3-minute budget
+@pytest.mark.parametrize("backend", ["--no-worker-processes",
+                                     pytest.param("--worker-processes", marks=pytest.mark.slow)])
 def test_train_my_way_home_with_the_bonus_and_resume(tmp_path, backend):
     pytest.importorskip("vizdoom")
     from a3c_core.checkpoint import load_checkpoint

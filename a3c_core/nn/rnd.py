@@ -52,21 +52,29 @@ Objects:
 * :class:`RNDShared` - what the workers share: the target's parameters
   (fixed; seeded), the predictor's parameters and its optimizer in a
   :class:`~a3c_core.core.SharedState` (Hogwild applies, as the policy's), and
-  the running statistics of the intrinsic returns
-  (:class:`~a3c_core.core.normalize.ReturnNormalizer`).  Checkpointed through
+  the moving statistics of the intrinsic returns
+  (:class:`~a3c_core.core.normalize.AdvantageNormalizer` with a horizon).  Checkpointed through
   :meth:`RNDShared.arrays` / :meth:`RNDShared.meta`.
 
 How a worker turns novelties into rewards (``a3c_core.train.worker``,
 :func:`rollout_bonus`): ``i_t`` = novelty of the next observation
 ``s_{t+1}`` (a recorded row, or the observation a rollout cut by ``t_max``
-bootstraps from; 0 after an episode's last step), divided by the running
-standard deviation of the discounted intrinsic return (each env's running
-return is NON-episodic: it runs on across episode ends, as the paper's
-intrinsic stream does; one shared :class:`ReturnNormalizer`), clipped to
+bootstraps from; 0 after an episode's last step), divided by the moving
+root-mean-square of the discounted intrinsic return over the last
+~:data:`INTRINSIC_HORIZON` returns (each env's running return is
+NON-episodic: it runs on across episode ends, as the paper's intrinsic
+stream does; one shared normalizer), clipped to
 ``norm_clip`` (10, as the scaled extrinsic rewards are), times
 ``exploration_scale`` (0.5 by default: the paper's 1 : 2 weighting of
 intrinsic to extrinsic advantages), then added to the learning reward (the
 clipped, normalized extrinsic one) before the n-step returns and GAE.
+
+The paper divides by the whole run's standard deviation.  Here the
+predictor learns the maze's look-alike rooms within ~50k agent steps, and a
+whole-run statistic, still holding the first large novelties, shrank the
+bonus from 0.017 to ~0.001 per step; over a moving window it keeps its scale
+(0.003-0.005 per step through 2M steps on doom:my_way_home; docs/results.md,
+"Exploration bonus").
 
 One reward stream, not the paper's two: the paper gives the intrinsic
 return its own value head and discount (non-episodic) and adds the two
@@ -93,7 +101,7 @@ import numpy as np
 
 from a3c_core._blas import blas_threads
 from a3c_core._jit import kernel
-from a3c_core.core.normalize import ReturnNormalizer, running_returns
+from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer, running_returns
 from a3c_core.core.optim import make_optimizer
 from a3c_core.core.shared import SharedState
 
@@ -108,6 +116,11 @@ __all__ = ["ARCH", "RNDNet", "RNDShared", "avg_pool_rows", "avg_pool_backward", 
 
 #: the networks' shape: input pooling factor, convs (out channels, kernel,
 #: stride), feature size; both networks use it
+#: the intrinsic returns' normalization: an exponential moving RMS over about
+#: this many returns (agent steps), so the bonus keeps its scale as the
+#: predictor learns (a whole-run std stays dominated by the first novelties)
+INTRINSIC_HORIZON = 100_000
+
 ARCH = {"pool": 4, "convs": ((16, 3, 2), (32, 3, 2)), "features": 64, "act": "elu"}
 
 
@@ -432,7 +445,7 @@ class RNDShared:
         self.optimizer_name = optimizer
         opt = make_optimizer(optimizer, net.n_params, **(opt_kwargs or {}))
         self.shared = SharedState(net.params, opt)
-        self.normalizer = ReturnNormalizer(gamma)
+        self.normalizer = AdvantageNormalizer(horizon=INTRINSIC_HORIZON)
 
     @property
     def n_params(self) -> int:

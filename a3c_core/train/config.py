@@ -129,7 +129,7 @@ class Config:
     min_rollout: int = _f(0, "a rollout ending with its episode before this many steps runs on into the next (t_max = every rollout t_max steps)")
     merge_below: float = _f(8.0, "with min_rollout 0: a worker whose episodes average fewer steps than this runs rollouts across episodes (0 = off)")
     exploration: str = _f("none", "exploration bonus: none, or rnd (Random Network Distillation: an intrinsic reward for frames the agents have seen rarely, added to the learning reward; image observations only)")
-    exploration_scale: float = _f(0.5, "weight of the exploration bonus (normalized by the running std of the intrinsic return) against the normalized extrinsic reward, in (0, 1000]")
+    exploration_scale: float = _f(0.5, "weight of the exploration bonus (normalized by the moving RMS of the intrinsic return) against the normalized extrinsic reward, in (0, 1000]")
     obs_norm: Optional[bool] = _f(None, "normalize image frames by a mean frame and std measured on random play (default: the family's; on for doom and Atari)")
     obs_norm_frames: int = _f(2000, "frames of random play obs_norm measures on")
     reward_clip: Optional[float] = _f(None, "clip raw rewards to [-reward_clip, reward_clip] for learning (default: the family's; 1 for Atari, 0 = off)")
