@@ -433,7 +433,7 @@ class RNDShared:
     #: the checkpoint's array names (save_checkpoint stores them under ``opt/``)
     PREFIX = "rnd/"
 
-    def __init__(self, obs_shape, seed, optimizer="adam", opt_kwargs=None, gamma=0.99,
+    def __init__(self, obs_shape, seed, optimizer="adam", opt_kwargs=None,
                  arch=ARCH):
         self.obs_shape = tuple(int(s) for s in obs_shape)
         self.arch = arch

@@ -191,7 +191,7 @@ def new_explore(cfg: Config, obs_shape, opt_kwargs) -> RNDShared:
     learning-rate anneal: the predictor must keep learning for its error to
     stay a measure of novelty (the RND paper's rate is constant)."""
     kw = {k: v for k, v in opt_kwargs.items() if k not in ("anneal_steps", "anneal_floor")}
-    return RNDShared(obs_shape, cfg.seed, cfg.optimizer, kw, cfg.gamma)
+    return RNDShared(obs_shape, cfg.seed, cfg.optimizer, kw)
 
 
 def build_parts(plan: RunPlan, restore: dict | None = None) -> RunParts:
