@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from a3c_core import Policy
+from a3c_core.checkpoint import CheckpointError
 
 
 def stand_in_frames(policy, n, rng):
@@ -39,7 +40,11 @@ def main(argv=None) -> int:
     if args.agents < 1 or args.ticks < 1:
         p.error("--agents and --ticks must be >= 1")
 
-    policy = Policy.load(args.policy)
+    try:
+        policy = Policy.load(args.policy)
+    except CheckpointError as e:            # missing, corrupt or mismatched: say which
+        print(f"serve_many: {e}", file=sys.stderr)
+        return 2
     rng = np.random.default_rng(args.seed)
     n = args.agents
     states = policy.initial_state(n)        # (h, c) of (n, H) rows; None without an LSTM

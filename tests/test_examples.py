@@ -34,3 +34,4 @@ def test_serve_many_rejects_a_bad_checkpoint(tmp_path):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "serve_many.py"), str(bad)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "bad.npz" in r.stderr
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
