@@ -81,6 +81,16 @@ def test_resolve_per_family_bootstrap_reward_clip_and_advantages():
     assert not _r("vector", env="CartPole-v1", truncation_bootstrap=False).truncation_bootstrap
 
 
+def test_health_reward_is_the_health_scenarios_default_and_doom_only():
+    assert _r().env_args["health_reward"] == 0.0                   # doom:basic: off
+    for sc in ("health_gathering", "health_gathering_supreme"):
+        assert _r(env=f"doom:{sc}").env_args["health_reward"] == 1.0
+        assert _r(env=f"doom:{sc}", health_reward=0.0).env_args["health_reward"] == 0.0
+    assert _r(env="doom:defend_the_line", health_reward=0.5).env_args["health_reward"] == 0.5
+    with pytest.raises(ConfigError, match="'health_reward'.*doom envs only"):
+        _r("vector", env="CartPole-v1", health_reward=1.0)
+
+
 def test_net_kwargs_honour_or_reject_spec_fields():
     assert Config(hidden="32,16").net_kwargs("mlp-lstm") == {"hidden": (32, 16)}
     assert Config(lstm_size=128).net_kwargs("doom-lstm") == {"lstm_size": 128}
@@ -133,6 +143,8 @@ def test_net_kwargs_honour_or_reject_spec_fields():
         ("min_rollout", -1),
         ("min_rollout", 21),          # > t_max (20)
         ("min_rollout", 2.5),
+        ("health_reward", -1.0),
+        ("health_reward", float("nan")),
     ],
 )
 def test_bad_values_name_the_field(field, value):

@@ -185,6 +185,41 @@ def test_doom_two_envs_in_two_threads():
     assert_same(*results)
 
 
+@pytest.mark.parametrize("env_process", [False, True])
+def test_doom_health_reward_adds_the_health_change_and_keeps_its_sum(env_process):
+    """health_gathering, same seed and actions with and without the shaping:
+    each step's reward differs by exactly health_reward x the HEALTH change
+    (medkits +, acid and death -), and episode_shaping is their sum."""
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, 3, 400).tolist()
+    with make_env("doom:health_gathering", seed=5) as plain:
+        plain.reset()
+        game = plain._game
+        ra, health = [], []
+        h0 = game.get_game_variable(vizdoom.GameVariable.HEALTH)
+        for act in actions:
+            _, r, term, trunc = plain.step(act)
+            h1 = game.get_game_variable(vizdoom.GameVariable.HEALTH)
+            ra.append(r)
+            health.append(h1 - h0)
+            h0 = h1
+            if term or trunc:
+                break
+    with make_env("doom:health_gathering", seed=5, health_reward=2.0,
+                  env_process=env_process) as shaped:
+        b = rollout(shaped, actions)
+        sh = shaped.episode_shaping
+    ra = np.array(ra)
+    rb = np.array([r for _, r, _, _ in b[1:]])
+    assert len(ra) == len(rb) == len(health)
+    d = np.array(health)
+    assert (d > 0).any() and (d < 0).any()        # a medkit and the acid both seen
+    np.testing.assert_array_equal(rb - ra, 2.0 * d)
+    assert sh == 2.0 * d.sum()
+    with pytest.raises(ValueError, match="health_reward"):
+        make_env("doom:basic", health_reward=float("nan"))
+
+
 def test_action_out_of_range(basic):
     basic.reset()
     with pytest.raises(ValueError, match="range\\(3\\)"):

@@ -185,6 +185,38 @@ def test_reward_clip_and_fixed_scale():
     assert store.episodes == [(2.5, 3)]  # raw rewards are reported
 
 
+class ShapedEnv(ScriptedEnv):
+    """ScriptedEnv whose step adds a shaping term (like a Doom env's
+    health_reward) and keeps the episode's sum in ``episode_shaping``."""
+
+    def __init__(self, script, shaping, **kw):
+        super().__init__(script, **kw)
+        self.shaping = list(shaping)
+        self.episode_shaping = 0.0
+
+    def reset(self):
+        self.episode_shaping = 0.0
+        return super().reset()
+
+    def step(self, action):
+        sh = self.shaping[self.t]
+        obs, r, term, trunc = super().step(action)
+        self.episode_shaping += sh
+        return obs, r + sh, term, trunc
+
+
+@pytest.mark.parametrize("t_max", [5, 2])
+def test_shaping_is_learned_from_but_scores_are_the_tasks_own(t_max):
+    env = ShapedEnv([1.0, 2.0, 3.0], shaping=[0.0, 10.0, -4.0])
+    w, net, store = _worker(env, t_max=t_max, gamma=1.0)
+    while not store.episodes:
+        w.rollout()
+    # learning sees r + shaping = [1, 12, -1]; the logged score is 1 + 2 + 3
+    if t_max == 5:
+        np.testing.assert_allclose(net.calls[0]["returns"], [12.0, 11.0, -1.0], rtol=1e-6)
+    assert store.episodes == [(6.0, 3)]
+
+
 def test_thread_store_is_hogwild_on_shared_state_and_counts_skips():
     net = build_network("mlp", (2,), 2, hidden=(8,), seed=0)
     shared = SharedState(net.params, make_optimizer("sgd", net.n_params, lr=0.1))

@@ -50,6 +50,10 @@ class Env:
       ``terminated`` is True on every lost life and ``episode_over`` only at
       game over, so callers report whole-game scores. Default: True after any
       terminated/truncated step, False after :meth:`reset`.
+    * ``episode_shaping`` (float): the part of this episode's summed rewards
+      that is shaping added for learning (a Doom env's ``health_reward``),
+      not the task's own reward; callers that report scores subtract it.
+      Default 0.
     """
 
     env_id: str
@@ -62,6 +66,7 @@ class Env:
     preprocess_spec: dict
     render: bool = False
     episode_over: bool = True
+    episode_shaping: float = 0.0
 
     # -- the protocol ------------------------------------------------------
     def reset(self):

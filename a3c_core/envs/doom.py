@@ -25,6 +25,7 @@ ViZDoom's start-up quirks are all handled here:
 """
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import shutil
@@ -249,11 +250,26 @@ class DoomEnv(Env):
             renders RGB24 and the gray obs is computed exactly as GRAY8 would).
         episode_timeout: override the cfg's timeout, in tics (0 = none).
         game_args: extra engine arguments (str), e.g. ``"+sv_cheats 1"``.
+        health_reward: add ``health_reward`` x the step's change in the
+            player's HEALTH to the reward (0 = off). A medkit then pays at
+            once instead of only through the death it postpones; the shaping
+            summed over the episode is :attr:`episode_shaping`, which the
+            trainer subtracts from the score it logs.
     """
 
     def __init__(self, scenario="basic", *, seed=0, frame_skip=None, runtime_dir=None,
-                 render=False, episode_timeout=None, game_args=None):
+                 render=False, episode_timeout=None, game_args=None, health_reward=0.0):
         vzd = import_vizdoom()
+        try:
+            health_reward = float(health_reward)
+        except (TypeError, ValueError):
+            raise ValueError(f"health_reward must be a number, got {health_reward!r}") from None
+        if not math.isfinite(health_reward):
+            raise ValueError(f"health_reward must be finite, got {health_reward!r}")
+        self.health_reward = health_reward
+        self.episode_shaping = 0.0
+        self._health = 0.0
+        self._health_var = vzd.GameVariable.HEALTH
         self.env_id, self.cfg_path = resolve_scenario(scenario)
         self.frame_skip = check_frame_skip(frame_skip, DEFAULT_FRAME_SKIP)
         self.seed = int(seed)
@@ -343,6 +359,9 @@ class DoomEnv(Env):
         self.episode_over = False
         game.new_episode()
         self._last_obs = self._observe(game.get_state())
+        if self.health_reward:
+            self.episode_shaping = 0.0
+            self._health = game.get_game_variable(self._health_var)
         return self._last_obs
 
     def step(self, action):
@@ -350,6 +369,12 @@ class DoomEnv(Env):
             self._raise_bad_action(action)
         game = self._game
         reward = game.make_action(self._actions[action], self.frame_skip)
+        if self.health_reward:
+            health = game.get_game_variable(self._health_var)
+            shaping = self.health_reward * (health - self._health)
+            self._health = health
+            self.episode_shaping += shaping
+            reward += shaping
         if game.is_episode_finished():
             # Timeout -> truncated; death/goal -> terminated.
             truncated = game.is_episode_timeout_reached() and not game.is_player_dead()

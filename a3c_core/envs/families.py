@@ -67,6 +67,7 @@ class Defaults:
     truncation_bootstrap: bool = True      #: bootstrap from V(s_T) at a time limit
     normalize_advantages: bool = True
     env_process: bool = False              #: each env in a child process (envs that hold the GIL)
+    health_reward: float = 0.0             #: Doom: learning reward per point of HEALTH gained
     #: network spec by observation kind
     network: Mapping[str, str] = field(
         default_factory=lambda: _frozen({"image": "doom-lstm", "vector": "mlp-lstm"}))
@@ -154,6 +155,13 @@ DOOM = EnvFamily(
                       truncation_bootstrap=False,
                       network=_frozen({"image": "doom-lstm"}),
                       tuning=_frozen({"doom-lstm": IMAGE_TUNING})),
+    options=("health_reward",),
+    # no HUD shows the player's health, so a medkit changes neither the
+    # reward nor anything the critic sees until the death it postpones;
+    # paying for health points at once is what stopped health_gathering's
+    # collapses (docs/results.md#health-gathering-collapses)
+    scenarios=_frozen({"health_gathering": _frozen({"health_reward": 1.0}),
+                       "health_gathering_supreme": _frozen({"health_reward": 1.0})}),
 )
 
 ATARI = EnvFamily(

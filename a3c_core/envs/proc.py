@@ -12,7 +12,8 @@ Wire protocol (one Unix stream socket, little-endian structs):
 
 * request ``_REQ`` = (command ``u8``, action ``i32``);
 * reply ``_REP`` = (status ``u8``, flags ``u8``, obs slot ``u16``, payload
-  length ``u32``, reward ``f64``) then ``payload`` bytes (pickles, only for
+  length ``u32``, reward ``f64``, the env's ``episode_shaping`` ``f64``) then
+  ``payload`` bytes (pickles, only for
   hello/render/errors). Flags: 1 terminated, 2 truncated, 4 episode_over.
 * observations: a memfd mapped by both sides holding two obs slots; the child
   alternates slots, so the obs returned by one call stays valid through the
@@ -51,7 +52,7 @@ import numpy as np
 from .base import Env, sigint_blocked
 
 _REQ = struct.Struct("<Bxxxi")
-_REP = struct.Struct("<BBHId")
+_REP = struct.Struct("<BBHIdd")
 CMD_STEP, CMD_RESET, CMD_RENDER, CMD_CLOSE = 1, 2, 3, 4
 ST_OK, ST_ERR = 0, 1
 F_TERM, F_TRUNC, F_OVER = 1, 2, 4
@@ -136,6 +137,7 @@ class ProcEnv(Env):
         self._proc = None
         self.pid = None
         self.episode_over = True
+        self.episode_shaping = 0.0   # the child env's (a shaped Doom env's), sent with each reply
         args = dict(seed=seed, frame_skip=frame_skip, runtime_dir=runtime_dir, render=render,
                     **kwargs)
         payload = pickle.dumps((env_id, args), protocol=pickle.HIGHEST_PROTOCOL)
@@ -186,7 +188,7 @@ class ProcEnv(Env):
                 os.close(fd)
             self._raise_dead("start-up")
         self._hdr[:] = msg
-        status, _flags, _slot, plen, _r = _REP.unpack(self._hdr)
+        status, _flags, _slot, plen, _r, _sh = _REP.unpack(self._hdr)
         if status != ST_OK:
             self._raise_child_error(plen, "start-up")
         info = pickle.loads(self._recv_payload(plen, "start-up"))
@@ -242,10 +244,10 @@ class ProcEnv(Env):
         if not ok:
             self._raise_dead(what)
         self._pending = False
-        status, flags, slot, plen, reward = _REP.unpack(self._hdr)
+        status, flags, slot, plen, reward, shaping = _REP.unpack(self._hdr)
         if status != ST_OK:
             self._raise_child_error(plen, what)
-        self._slot, self._reward = slot, reward
+        self._slot, self._reward, self.episode_shaping = slot, reward, shaping
         self.episode_over = bool(flags & F_OVER)
         if plen:
             self._payload = self._recv_payload(plen, what)
@@ -405,7 +407,7 @@ def _child_send_error(sock, exc):
     except Exception:
         blob = pickle.dumps((f"{type(exc).__name__}: {exc}", tb))
     try:
-        sock.sendall(_REP.pack(ST_ERR, 0, 0, len(blob), 0.0) + blob)
+        sock.sendall(_REP.pack(ST_ERR, 0, 0, len(blob), 0.0, 0.0) + blob)
     except OSError:
         sys.exit(0)
 
@@ -433,7 +435,7 @@ def _child_serve(sock, env):
         if hasattr(env, k):
             attrs[k] = getattr(env, k)
     hello = pickle.dumps({"attrs": attrs, "spec": env.spec(), "type": type(env).__name__})
-    socket.send_fds(sock, [_REP.pack(ST_OK, 0, 0, len(hello), 0.0)], [fd])
+    socket.send_fds(sock, [_REP.pack(ST_OK, 0, 0, len(hello), 0.0, 0.0)], [fd])
     os.close(fd)
     sock.sendall(hello)
 
@@ -452,19 +454,20 @@ def _child_serve(sock, env):
                 slots[slot][...] = obs
                 flags = (F_TERM if term else 0) | (F_TRUNC if trunc else 0) | (
                     F_OVER if getattr(env, "episode_over", term or trunc) else 0)
-                sock.sendall(pack(ST_OK, flags, slot, 0, float(reward)))
+                sock.sendall(pack(ST_OK, flags, slot, 0, float(reward),
+                                  float(getattr(env, "episode_shaping", 0.0))))
             elif cmd == CMD_RESET:
                 obs = env.reset()
                 slot ^= 1
                 slots[slot][...] = obs
                 flags = F_OVER if getattr(env, "episode_over", False) else 0
-                sock.sendall(pack(ST_OK, flags, slot, 0, 0.0))
+                sock.sendall(pack(ST_OK, flags, slot, 0, 0.0, 0.0))
             elif cmd == CMD_RENDER:
                 blob = pickle.dumps(np.ascontiguousarray(env.render_frame()))
-                sock.sendall(pack(ST_OK, 0, slot, len(blob), 0.0) + blob)
+                sock.sendall(pack(ST_OK, 0, slot, len(blob), 0.0, 0.0) + blob)
             elif cmd == CMD_CLOSE:
                 env.close()
-                sock.sendall(pack(ST_OK, 0, slot, 0, 0.0))
+                sock.sendall(pack(ST_OK, 0, slot, 0, 0.0, 0.0))
                 return
             else:
                 raise EnvProcessError(f"unknown command {cmd}")

@@ -90,6 +90,7 @@ _RANGES = {
     "repeat_action_probability": (0.0, 1.0),
     "advantage_horizon": (0.0, 1e12),
     "exploration_scale": (0.0, 1000.0),
+    "health_reward": (0.0, 1000.0),
 }
 
 #: the exploration bonuses ``exploration`` names (a3c_core.nn.rnd: rnd)
@@ -143,6 +144,7 @@ class Config:
     noop_max: int = _f(30, "Atari: up to this many no-op actions at the start of an episode (0 = off)")
     terminal_on_life_loss: bool = _f(False, "Atari: a lost life ends the episode for learning (scores still count whole games)")
     repeat_action_probability: Optional[float] = _f(None, "Atari: sticky-action probability (default: the id's, 0.25 for -v5, 0 for NoFrameskip-v4)")
+    health_reward: Optional[float] = _f(None, "Doom: add this x the step's change in the player's HEALTH to the learning reward (logged scores stay the scenario's own); default: the scenario's, 1 for health_gathering and health_gathering_supreme, else 0 = off")
     env_process: Optional[bool] = _f(None, "run each env in a child process (default: the family's; on for Atari, whose step holds the GIL)")
     run_dir: str = _f("", "run directory (default runs/<env>[-<spec>]-s<seed>-<YYYYmmdd-HHMMSS>)")
     checkpoint_interval: float = _f(60.0, "seconds between 'latest' checkpoints (0 = only at the end)")
@@ -361,8 +363,11 @@ def env_args(cfg: Config) -> dict:
     args = {"frame_skip": d.frame_skip if cfg.frame_skip is None else cfg.frame_skip,
             "env_process": d.env_process if cfg.env_process is None else cfg.env_process}
     for name in family.options:
-        if getattr(cfg, name) is not None:
-            args[name] = getattr(cfg, name)
+        value = getattr(cfg, name)
+        if value is None:               # the family's (or scenario's) default, if it has one
+            value = getattr(d, name, None)
+        if value is not None:
+            args[name] = value
     return args
 
 
@@ -388,6 +393,9 @@ def resolve(cfg: Config, obs_kind: str = "image") -> Resolved:
     picks the network).  ConfigError naming the field when one does not apply."""
     family = cfg.family()
     d = family.defaults_for(cfg.env)
+    if cfg.health_reward is not None and "health_reward" not in family.options:
+        raise ConfigError(f"config field 'health_reward' = {cfg.health_reward!r}: applies to "
+                          f"doom envs only; {cfg.env} is a {family.name} env")
     if cfg.exploration != "none" and obs_kind != "image":
         raise ConfigError(f"config field 'exploration' = {cfg.exploration!r}: needs image "
                           f"observations; {cfg.env} gives vectors")

@@ -520,10 +520,13 @@ class Worker:
         False until the game ends), then start the next episode (``defer``:
         see :meth:`start_episode`; returns its frame or None)."""
         if getattr(self.env, "episode_over", True):
+            # the score is the task's own: without the env's reward shaping
+            # (a shaped Doom env's health_reward), which only the learning sees
+            score = self.ep_return - getattr(self.env, "episode_shaping", 0.0)
             if self.rnd is None:
-                self.store.record_episode(self.wid, self.ep_return, self.ep_length)
+                self.store.record_episode(self.wid, score, self.ep_length)
             else:
-                self.store.record_episode(self.wid, self.ep_return, self.ep_length,
+                self.store.record_episode(self.wid, score, self.ep_length,
                                           intrinsic=self.ep_intrinsic / max(self.ep_length, 1))
                 self.ep_intrinsic = 0.0
             if self.s.merge_below > 0:
