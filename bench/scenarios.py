@@ -1,15 +1,21 @@
-"""Scenario suite: train every shipped single-player ViZDoom scenario with the
-default settings for a fixed wall-clock budget and record what it reaches.
+"""Scenario suite: train the shipped single-player ViZDoom scenarios with the
+default settings, several seeds each, for a fixed wall-clock budget, and
+tabulate what they reach beside random play and Sample Factory's published
+models.
 
-    python bench/scenarios.py --minutes 10 --out bench/out/scenarios
-    python bench/scenarios.py --minutes 10 --only basic,take_cover
+    python bench/scenarios.py --minutes 10 --seeds 0,1,2 --out bench/out/scenarios
+    python bench/scenarios.py --minutes 30 --marks 10,30 --only my_way_home
+    python bench/scenarios.py --out bench/out/scenarios --report
 
-For each scenario it records: the random policy's average raw episode reward
-(uniform actions, ``--random-episodes`` episodes), the training run's final
-averages (last 100 and last 1,000 episodes, or all when fewer), the best long
-average, the steps and episodes done, the exact command, and a learning curve
-(one grid PNG, ``curves.png``).  ``results.json`` and ``results.md`` (a
-markdown table for docs/results.md) go to ``--out``.
+For each scenario: the random policy's average raw episode reward (uniform
+actions, ``--random-episodes`` episodes); per seed one training run
+(``<out>/<scenario>-s<seed>``; a run dir that already holds a finished run
+is read, not retrained, so an interrupted suite goes on where it stopped);
+the avg100 at each ``--marks`` minute (the last 100 episodes finished by
+then) as the median and range over the seeds; the runs whose final avg100
+is below random play (collapses); the exact commands; one grid of learning
+curves (``curves.png``).  ``results.json`` and ``results.md`` (the table for
+docs/results.md) go to ``--out``.
 
 Runs are sequential (each uses every core: ``--workers 2`` on this machine);
 never run anything else beside it.
@@ -30,6 +36,13 @@ import numpy as np
 SCENARIOS = ("basic", "simpler_basic", "rocket_basic", "defend_the_line", "health_gathering",
              "health_gathering_supreme", "take_cover", "predict_position", "deadly_corridor",
              "my_way_home")
+
+#: Sample Factory 2's APPO models on the Hugging Face hub (edbeeching/doom_<scenario>_<seed>,
+#: mean_reward as the model cards report it, raw scenario units); their frame budget
+#: is not on the cards (very long, GPU-assisted runs).  The health scenarios are left
+#: out: SF reports its own shaped reward there, not the scenario's time alive.
+PUBLISHED = {"my_way_home": "0.98 ± 0.01", "defend_the_line": "34.7–43.5 (3 seeds)",
+             "deadly_corridor": "1,670–1,920"}
 
 
 def random_policy_average(scenario, episodes, seed=0):
@@ -58,6 +71,12 @@ def read_episodes(run_dir):
     return t, ret
 
 
+def avg_at(t, ret, seconds, window=100):
+    """The average of the last ``window`` episodes finished by ``seconds`` (None: none yet)."""
+    k = int(np.searchsorted(t, seconds, side="right"))
+    return None if k == 0 else float(ret[max(0, k - window):k].mean())
+
+
 def train(scenario, minutes, workers, seed, run_dir, extra=()):
     cmd = [sys.executable, "-m", "a3c_core", "train", "--env", f"doom:{scenario}",
            "--workers", str(workers), "--seed", str(seed), "--total-steps", "0",
@@ -72,6 +91,7 @@ def train(scenario, minutes, workers, seed, run_dir, extra=()):
 
 
 def plot(results, out_png):
+    """One panel per scenario: each seed's avg100 over wall time, random play dashed."""
     try:
         import matplotlib
 
@@ -85,17 +105,17 @@ def plot(results, out_png):
     rows = (n + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.8 * rows), squeeze=False)
     for ax, res in zip(axes.flat, results):
-        t, ret = read_episodes(res["run_dir"])
-        ax.plot(t, ret, ".", ms=1, alpha=0.25, color="tab:blue")
-        if ret.size:
-            k = min(100, ret.size)
-            ma = np.convolve(ret, np.ones(k) / k, mode="valid")
-            ax.plot(t[k - 1:], ma, color="tab:red", lw=1.2, label=f"avg{k}")
+        for run in res["runs"]:
+            t, ret = read_episodes(run["run_dir"])
+            if ret.size:
+                k = min(100, ret.size)
+                ma = np.convolve(ret, np.ones(k) / k, mode="valid")
+                ax.plot(t[k - 1:] / 60, ma, lw=1, label=f"seed {run['seed']}")
         ax.axhline(res["random_avg"], color="gray", ls="--", lw=1, label="random")
-        ax.set_title(res["scenario"], fontsize=9)
-        ax.set_xlabel("wall time (s)", fontsize=8)
+        ax.set_title(f"{res['scenario']} (avg100)", fontsize=9)
+        ax.set_xlabel("wall time (min)", fontsize=8)
         ax.tick_params(labelsize=7)
-        ax.legend(fontsize=6, loc="lower right")
+        ax.legend(fontsize=5, loc="lower right")
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     fig.tight_layout()
@@ -103,25 +123,38 @@ def plot(results, out_png):
     print(f"wrote {out_png}")
 
 
+def _spread(values):
+    """``median [min–max] (k)`` of the values that are not None, or n/a."""
+    v = [x for x in values if x is not None]
+    if not v:
+        return "n/a"
+    if len(v) == 1:
+        return f"{v[0]:,.2f}" if abs(v[0]) < 10 else f"{v[0]:,.1f}"
+    fmt = (lambda x: f"{x:,.2f}") if max(abs(x) for x in v) < 10 else (lambda x: f"{x:,.1f}")
+    return f"{fmt(float(np.median(v)))} [{fmt(min(v))} – {fmt(max(v))}]"
+
+
 def markdown(results):
-    """The results table (markdown) and the commands.  ``× random`` is the final
-    long average over the random policy's where the latter is positive;
-    ``gain`` is their difference (every scenario)."""
-    lines = ["| scenario | random avg | final avg100 | final avg1000 | best long avg | gain | × random "
-             "| steps | episodes |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    """The scenario table (markdown) and the commands: per scenario the random
+    policy's average, Sample Factory's published figure, the avg100 at each
+    mark (median [range] over the seeds), the runs that ended below random
+    play, the seeds and the agent steps of the median run."""
+    marks = sorted({m for r in results for m in r["marks"]})
+    head = " | ".join(f"avg100 at {m:g} min" for m in marks)
+    lines = [f"| scenario | random | Sample Factory 2 | {head} | below random at the end | seeds "
+             f"| agent steps (median) |",
+             "|---|---:|---:|" + "---:|" * len(marks) + "---:|---:|---:|"]
     for r in results:
-        def f(x):
-            return "n/a" if x is None else f"{x:.1f}"
-        final = r["final_long"] if r["final_long"] is not None else r["final_avg100"]
-        gain = None if final is None else final - r["random_avg"]
-        ratio = f"{final / r['random_avg']:.2f}" if final is not None and r["random_avg"] > 0 else "–"
-        lines.append(f"| {r['scenario']} | {r['random_avg']:.1f} ± {r['random_std']:.1f} | "
-                     f"{f(r['final_avg100'])} | {f(r['final_long'])} | {f(r['best_long'])} | "
-                     f"{f(gain)} | {ratio} | {r['steps']:,} | {r['episodes']:,} |")
+        cells = [_spread([run["avg_at"].get(f"{m:g}") for run in r["runs"]]) for m in marks]
+        below = sum(1 for run in r["runs"]
+                    if run["final_avg100"] is not None and run["final_avg100"] < r["random_avg"])
+        steps = int(np.median([run["steps"] for run in r["runs"]])) if r["runs"] else 0
+        lines.append(f"| {r['scenario']} | {r['random_avg']:,.1f} | {PUBLISHED.get(r['scenario'], '–')} "
+                     f"| {' | '.join(cells)} | {below} of {len(r['runs'])} "
+                     f"| {','.join(str(run['seed']) for run in r['runs'])} | {steps:,} |")
     lines.append("")
-    lines.append("Commands:")
-    lines += [f"- `{r['command']}`" for r in results]
+    lines.append("Commands (one per seed):")
+    lines += [f"- `{run['command']}`" for r in results for run in r["runs"][:1]]
     return "\n".join(lines) + "\n"
 
 
@@ -135,17 +168,29 @@ def report(results, out):
     print(table)
 
 
+def run_summary(run_dir, seed, marks, command, wall):
+    """One seed's figures from its run dir (episodes.csv and summary.json)."""
+    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    t, ret = read_episodes(run_dir)
+    return {"seed": seed, "run_dir": run_dir, "command": command, "wall_s": wall,
+            "steps": summary["steps"], "episodes": summary["episodes"],
+            "final_avg100": summary.get("moving_avg"), "final_long": summary.get("long_avg"),
+            "avg_at": {f"{m:g}": avg_at(t, ret, m * 60) for m in marks}}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--minutes", type=float, default=10.0, help="training budget per scenario")
+    p.add_argument("--minutes", type=float, default=10.0, help="training budget per run")
+    p.add_argument("--marks", default="",
+                   help="comma-separated minutes at which to read the avg100 (default: --minutes)")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds, one run each")
     p.add_argument("--only", default="", help="comma-separated subset of scenarios")
     p.add_argument("--random-episodes", type=int, default=30)
     p.add_argument("--out", default="bench/out/scenarios")
     p.add_argument("--train-args", default="",
                    help="extra flags for every `a3c train`, one string, e.g. "
-                        "--train-args='--normalize-advantages' (default: none, the defaults)")
+                        "--train-args='--exploration rnd' (default: none, the defaults)")
     p.add_argument("--report", action="store_true",
                    help="only rewrite results.md and curves.png from --out's results.json")
     args = p.parse_args(argv)
@@ -162,28 +207,40 @@ def main(argv=None):
     unknown = sorted(set(names) - set(SCENARIOS))
     if unknown:
         p.error(f"unknown scenarios {unknown}; choose from {', '.join(SCENARIOS)}")
+    try:
+        seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+        marks = [float(x) for x in args.marks.split(",") if x.strip()] or [args.minutes]
+    except ValueError as e:
+        p.error(f"--seeds and --marks are comma-separated numbers: {e}")
+    if not seeds or min(marks) <= 0 or max(marks) > args.minutes:
+        p.error("need at least one seed, and marks in (0, --minutes]")
     os.makedirs(args.out, exist_ok=True)
     results, failed = [], []
     for name in names:
-        run_dir = os.path.join(args.out, f"{name}-s{args.seed}")
-        if os.path.exists(run_dir):
-            p.error(f"{run_dir} exists; remove it or choose another --out")
-        rnd, rnd_std = random_policy_average(name, args.random_episodes, args.seed)
-        try:
-            command, wall, final = train(name, args.minutes, args.workers, args.seed, run_dir,
-                                         shlex.split(args.train_args))
-        except RuntimeError as e:   # one scenario's failure must not lose the others
-            print(f"{name}: FAILED\n{e}", file=sys.stderr, flush=True)
-            failed.append(name)
-            continue
-        summary = json.load(open(os.path.join(run_dir, "summary.json")))
-        res = {"scenario": name, "random_avg": rnd, "random_std": rnd_std,
-               "final_avg100": summary.get("moving_avg"), "final_long": summary.get("long_avg"),
-               "best_long": summary.get("best_avg"), "steps": summary["steps"],
-               "episodes": summary["episodes"], "wall_s": wall, "command": command,
-               "final_line": final, "run_dir": run_dir}
+        rnd, rnd_std = random_policy_average(name, args.random_episodes, seeds[0])
+        res = {"scenario": name, "random_avg": rnd, "random_std": rnd_std, "marks": marks,
+               "runs": []}
+        for seed in seeds:
+            run_dir = os.path.join(args.out, f"{name}-s{seed}")
+            cmd = ["a3c", "train", "--env", f"doom:{name}", "--workers", str(args.workers),
+                   "--seed", str(seed), "--total-steps", "0",
+                   "--total-seconds", f"{args.minutes * 60:g}", *shlex.split(args.train_args)]
+            if os.path.exists(os.path.join(run_dir, "summary.json")):
+                print(f"{name} seed {seed}: reading the finished run in {run_dir}", flush=True)
+                command, wall = " ".join(cmd), None
+            elif os.path.exists(run_dir):
+                p.error(f"{run_dir} exists without a finished run; remove it")
+            else:
+                try:
+                    command, wall, final = train(name, args.minutes, args.workers, seed,
+                                                 run_dir, shlex.split(args.train_args))
+                except RuntimeError as e:  # one run's failure must not lose the others
+                    print(f"{name} seed {seed}: FAILED\n{e}", file=sys.stderr, flush=True)
+                    failed.append(f"{name}-s{seed}")
+                    continue
+                print(f"{name} seed {seed}: random {rnd:.1f}; {final}", flush=True)
+            res["runs"].append(run_summary(run_dir, seed, marks, command, wall))
         results.append(res)
-        print(f"{name}: random {rnd:.1f}; {final}", flush=True)
         with open(os.path.join(args.out, "results.json"), "w") as fh:
             json.dump(results, fh, indent=1)
     report(results, args.out)

@@ -354,3 +354,32 @@ def test_device_runner_help_and_syntax():
     assert r.returncode == 0 and "bash bench/device.sh OUT_DIR" in r.stdout, r.stdout
     r = subprocess.run(["bash", path], capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and "bash bench/device.sh OUT_DIR" in r.stdout
+
+
+def test_scenario_table_reads_runs_at_marks_and_counts_runs_below_random(tmp_path):
+    """bench/scenarios.py's table from two finished run dirs: the avg100 of
+    the episodes finished by each mark, median and range over the seeds, and
+    the runs whose final avg100 is below random play."""
+    import json
+
+    sc = _load_bench("scenarios")
+    runs = []
+    for seed, rets in ((0, [1.0] * 50 + [3.0] * 150), (1, [1.0] * 200)):
+        d = tmp_path / f"health_gathering-s{seed}"
+        d.mkdir()
+        with open(d / "episodes.csv", "w") as fh:
+            fh.write("episode,wall_time,step,worker,return,length\n")
+            for i, r in enumerate(rets):     # one episode every 3 s: 100 by 300 s
+                fh.write(f"{i + 1},{3.0 * (i + 1):.1f},{10 * (i + 1)},0,{r},10\n")
+        final = float(np.mean(rets[-100:]))
+        (d / "summary.json").write_text(json.dumps(
+            {"steps": 2000, "episodes": 200, "moving_avg": final, "long_avg": float(np.mean(rets))}))
+        runs.append(sc.run_summary(str(d), seed, [5, 10], "a3c train ...", None))
+    assert runs[0]["avg_at"] == {"5": 2.0, "10": 3.0}     # by 300 s: 50 x 1 and 50 x 3
+    assert runs[1]["avg_at"] == {"5": 1.0, "10": 1.0}
+    assert sc.avg_at(np.array([5.0]), np.array([1.0]), 4.0) is None
+    table = sc.markdown([{"scenario": "health_gathering", "random_avg": 2.5, "marks": [5, 10],
+                          "runs": runs}])
+    row = [ln for ln in table.splitlines() if ln.startswith("| health_gathering")][0]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3:6] == ["1.50 [1.00 – 2.00]", "2.00 [1.00 – 3.00]", "1 of 2"]
