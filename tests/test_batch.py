@@ -39,9 +39,16 @@ def _raw(policy, n, rng):
     return rng.normal(size=(n,) + shape).astype(np.float32)
 
 
-def _close(a, b, what):
+def _close(a, b, what, rtol=2e-5):
     # float32 rounding: the GEMMs sum in another order than the batch-1 step
-    np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6, err_msg=what)
+    np.testing.assert_allclose(a, b, rtol=rtol, atol=2e-6, err_msg=what)
+
+
+def _close_probs(a, b, what):
+    # the policy weights are scaled x50 (below), so logits reach ~40, where a
+    # float32 ulp is 3.8e-6: a few ulps of summation order in a logit are a
+    # relative 1e-5 to 5e-5 in its probability
+    _close(a, b, what, rtol=1e-4)
 
 
 @pytest.mark.parametrize("spec", sorted(CASES))
@@ -60,7 +67,7 @@ def test_batch_equals_n_single_steps_with_resets(spec):
         for i in range(n):
             s = policy.initial_state() if done[i] else singles[i]
             p1, v1, s1 = policy.probs(frames[i], s)
-            _close(probs[i], p1, f"{spec} t={t} row {i} probs")
+            _close_probs(probs[i], p1, f"{spec} t={t} row {i} probs")
             _close(values[i], v1, f"{spec} t={t} row {i} value")
             if policy.net.recurrent:
                 _close(new[0][i], s1[0], f"{spec} t={t} row {i} h")
@@ -73,8 +80,10 @@ def test_batch_equals_n_single_steps_with_resets(spec):
 
 
 def test_batch_rows_are_independent_and_chunked(monkeypatch):
-    """More rows than one chunk: each row's result does not depend on the others."""
+    """More rows than one chunk (and the convs' sub-chunks not dividing a
+    chunk): each row's result does not depend on the others."""
     monkeypatch.setattr(batch_mod, "CHUNK", 3)
+    monkeypatch.setattr(batch_mod, "CONV_CHUNK", 2)
     policy = _policy("doom-lstm", seed=3)
     policy.net._batch = None
     rng = np.random.default_rng(2)
@@ -84,10 +93,10 @@ def test_batch_rows_are_independent_and_chunked(monkeypatch):
     probs, values, (h2, c2) = policy.probs_batch(frames, (h, c))
     for i in (0, 4, 7):
         p1, v1, (h1, c1) = policy.probs(frames[i], (h[i], c[i]))
-        _close(probs[i], p1, f"row {i}")
+        _close_probs(probs[i], p1, f"row {i}")
         _close(h2[i], h1, f"row {i} h")
     rev = policy.probs_batch(frames[::-1].copy(), (h[::-1].copy(), c[::-1].copy()))
-    _close(rev[0][::-1], probs, "reversed batch")
+    _close_probs(rev[0][::-1], probs, "reversed batch")
 
 
 def test_act_batch_samples_as_act_with_the_same_uniforms():

@@ -10,9 +10,11 @@ two GEMMs over the rows, and the cell and heads as one nogil kernel
 
 Fewer than :data:`BATCH_MIN_ROWS` rows run the batch-1 step (the fused
 kernel for the doom specs) row by row: there it measures faster.  The rows
-go through in chunks of at most :data:`CHUNK` (the encoder's im2col
-rows of a chunk stay in cache, and the scratch does not grow with N; see
-docs/results.md for the measurement that picked it).
+go through in chunks of at most :data:`CHUNK` (the scratch does not grow
+with N; see docs/results.md for the measurement that picked it), and the
+convs of a chunk in sub-chunks of :data:`CONV_CHUNK` images, whose im2col
+rows stay in L2 (the dense layers keep the chunk's rows: one pass over
+their weights per chunk).
 
 Results agree with N batch-1 :meth:`Network.step` calls to float32 rounding
 (the GEMMs sum in another order than the fused step's dot products).
@@ -32,6 +34,11 @@ CHUNK = 64
 #: 4; mlp-lstm 2.5, 1.18 at 1, 2 and 0.81 at 3; atari-lstm 1.2 at 2, 0.99 at 3
 BATCH_MIN_ROWS = 4
 
+#: images per pass through the convs: measured 2026-11-28 (2-core Xeon VM,
+#: one BLAS thread, doom-lstm, N = 64) conv1 + conv2 per agent 32.9 us in
+#: passes of 8 images, 33.8 of 16, 34.5 of 32, 35.0 of 64
+CONV_CHUNK = 8
+
 
 class BatchStepper:
     """A network's scratch for :meth:`Network.step_batch` (one per Network
@@ -46,7 +53,15 @@ class BatchStepper:
         if rows <= self.cap:
             return self.ws
         net, dt = self.net, self.net.dtype
-        self.ws = [layer.workspace(rows, dt) for layer in net.encoder]
+        # the leading convs run CONV_CHUNK images at a time, into ``feat``
+        nc = 0
+        while nc < len(net.encoder) and net.encoder[nc].kind == "conv":
+            nc += 1
+        self.n_conv = nc
+        sub = min(rows, CONV_CHUNK) if nc else rows
+        self.ws = [layer.workspace(sub if i < nc else rows, dt)
+                   for i, layer in enumerate(net.encoder)]
+        self.feat = np.empty((rows, net.encoder[nc - 1].n_out), dt) if nc else None
         hd = max(net.lstm_size, 1)
         self.gates = np.empty((rows, 4 * hd), dt)
         self.tmp = np.empty((rows, 4 * hd), dt)
@@ -67,7 +82,17 @@ class BatchStepper:
             m = hi - lo
             ws = self._workspace(min(n, CHUNK))
             x = obs[lo:hi]
-            for layer, lws in zip(net.encoder, ws):
+            nc = self.n_conv
+            if nc:
+                feat = self.feat[:m]
+                for s in range(0, m, CONV_CHUNK):
+                    e = min(m, s + CONV_CHUNK)
+                    y = x[s:e]
+                    for layer, lws in zip(net.encoder[:nc], ws[:nc]):
+                        y = layer.forward(lws, p, y, e - s)
+                    feat[s:e] = y.reshape(e - s, -1)
+                x = feat
+            for layer, lws in zip(net.encoder[nc:], ws[nc:]):
                 x = layer.forward(lws, p, x, m)
             x = x.reshape(m, net.n_features)
             if net.recurrent:

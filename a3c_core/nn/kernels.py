@@ -314,6 +314,15 @@ def im2col_nhwc(x__nhwc, kh, kw, stride, pad, cols__pk):
                                 for e in range(c):
                                     dst[e] = src[e]
                     continue
+                if run == 8:    # conv1 of the doom specs (8x8, one channel): a
+                    # constant-length run is one vector move, not a loop
+                    for i in range(kh):
+                        s0 = ((b * h + y * stride + i) * w + xx * stride) * c
+                        src = xf[s0:s0 + 8]
+                        dst = dst_row[i * 8:i * 8 + 8]
+                        for e in range(8):
+                            dst[e] = src[e]
+                    continue
                 for i in range(kh):
                     s0 = ((b * h + y * stride + i) * w + xx * stride) * c
                     src = xf[s0:s0 + run]
@@ -1469,3 +1478,4 @@ def core_heads_rows(top__nh, use_lstm, b_ih__g, b_hh__g, c__nh, h_out__nh, c_out
             values__n[r] = _heads_vec(h_out__nh[r], wp__ah, bp__a, wv__1h, bv__1, probs__na[r])
         else:
             values__n[r] = _heads_vec(top__nh[r], wp__ah, bp__a, wv__1h, bv__1, probs__na[r])
+
