@@ -15,7 +15,8 @@ the avg100 at each ``--marks`` minute (the last 100 episodes finished by
 then) as the median and range over the seeds; the runs whose final avg100
 is below random play (collapses); the exact commands; one grid of learning
 curves (``curves.png``).  ``results.json`` and ``results.md`` (the table for
-docs/results.md) go to ``--out``.
+docs/results.md) go to ``--out``; a scenario run again replaces its entry
+there, the others stay.
 
 Runs are sequential (each uses every core: ``--workers 2`` on this machine);
 never run anything else beside it.
@@ -168,6 +169,29 @@ def report(results, out):
     print(table)
 
 
+def load(out):
+    """The suite's results so far (``out``/results.json; [] when none)."""
+    try:
+        with open(os.path.join(out, "results.json")) as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        return []
+
+
+def save(results, out):
+    """Merge ``results`` into ``out``/results.json: a scenario measured now
+    replaces its old entry, the others stay (a suite may be run one scenario,
+    or one set of seeds, at a time); the file keeps :data:`SCENARIOS` order."""
+    merged = {r["scenario"]: r for r in load(out)}
+    merged.update({r["scenario"]: r for r in results})
+    order = {name: i for i, name in enumerate(SCENARIOS)}
+    rows = sorted(merged.values(), key=lambda r: order.get(r["scenario"], len(order)))
+    tmp = os.path.join(out, "results.json.tmp")
+    with open(tmp, "w") as fh:
+        json.dump(rows, fh, indent=1)
+    os.replace(tmp, os.path.join(out, "results.json"))
+
+
 def run_summary(run_dir, seed, marks, command, wall):
     """One seed's figures from its run dir (episodes.csv and summary.json)."""
     summary = json.load(open(os.path.join(run_dir, "summary.json")))
@@ -241,9 +265,8 @@ def main(argv=None):
                 print(f"{name} seed {seed}: random {rnd:.1f}; {final}", flush=True)
             res["runs"].append(run_summary(run_dir, seed, marks, command, wall))
         results.append(res)
-        with open(os.path.join(args.out, "results.json"), "w") as fh:
-            json.dump(results, fh, indent=1)
-    report(results, args.out)
+        save(results, args.out)
+    report(load(args.out), args.out)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

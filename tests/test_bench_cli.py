@@ -383,3 +383,15 @@ def test_scenario_table_reads_runs_at_marks_and_counts_runs_below_random(tmp_pat
     row = [ln for ln in table.splitlines() if ln.startswith("| health_gathering")][0]
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[3:6] == ["1.50 [1.00 – 2.00]", "2.00 [1.00 – 3.00]", "1 of 2"]
+
+
+def test_scenario_results_merge_by_scenario(tmp_path):
+    """A suite run one scenario at a time keeps the others' results, in the
+    suite's order, and replaces a scenario measured again."""
+    sc = _load_bench("scenarios")
+    out = str(tmp_path)
+    sc.save([{"scenario": "my_way_home", "v": 1}], out)
+    sc.save([{"scenario": "basic", "v": 1}], out)
+    sc.save([{"scenario": "my_way_home", "v": 2}], out)
+    assert [(r["scenario"], r["v"]) for r in sc.load(out)] == [("basic", 1), ("my_way_home", 2)]
+    assert sorted(os.listdir(out)) == ["results.json"]
