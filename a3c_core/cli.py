@@ -129,6 +129,10 @@ def _run_trainer(trainer, cfg, TrainingError):
                f"{trainer.norm_seconds:.1f} s" if getattr(trainer, "norm_seconds", None) is not None
                else "as trained")
         line += f"\nframes normalized: (x - mean frame) / {norm['std']:.4f}, {how}"
+    health = trainer.plan.resolved.env_args.get("health_reward", 0.0)
+    if health:
+        line += (f"\nhealth reward: {health:g} x each step's HEALTH change is added to the learning "
+                 f"reward (scores stay the scenario's own; --health-reward 0 turns it off)")
     from a3c_core.timing import blas_kernel_note
 
     note = blas_kernel_note()      # OpenBLAS held to AVX2 kernels on an AVX-512 CPU

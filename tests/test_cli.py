@@ -301,3 +301,24 @@ def test_the_run_line_names_the_backend_and_why(tmp_path):
         r = a3c(*base, *extra, "--run-dir", str(tmp_path / "-".join(extra)))
         assert r.returncode == 0, r.stdout + r.stderr
         assert want in r.stdout, r.stdout
+
+
+@pytest.mark.slow
+def test_health_gathering_trains_with_its_health_reward_and_logs_time_alive(tmp_path):
+    """doom:health_gathering's default health reward is on (the run line says
+    so) and the logged scores are the scenario's own: 4 per step alive
+    (frame skip 4), -100 at death, with no trace of the shaping."""
+    import csv
+
+    pytest.importorskip("vizdoom")
+    out = a3c("train", "--env", "doom:health_gathering", "--workers", "1", "--total-steps", "3000",
+              "--run-dir", str(tmp_path / "run"), "--quiet", "--checkpoint-interval", "0",
+              timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "health reward: 1 x each step's HEALTH change" in out.stdout
+    with open(tmp_path / "run" / "episodes.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows
+    for r in rows:
+        ret, n = float(r["return"]), int(r["length"])
+        assert ret in (4 * n - 100, 4 * n), r
