@@ -159,7 +159,7 @@ DOOM = EnvFamily(
     # no HUD shows the player's health, so a medkit changes neither the
     # reward nor anything the critic sees until the death it postpones;
     # paying for health points at once is what stopped health_gathering's
-    # collapses (docs/results.md#health-gathering-collapses)
+    # collapses (docs/results.md#health_gathering-why-it-collapsed-and-the-fix)
     scenarios=_frozen({"health_gathering": _frozen({"health_reward": 1.0}),
                        "health_gathering_supreme": _frozen({"health_reward": 1.0})}),
 )
