@@ -10,6 +10,11 @@
 # WHEEL_DIR: wheels the machine lacks (vizdoom, gymnasium,
 # farama-notifications for its Python), installed under /tmp/a3c_site.
 # TRAINED_RUN: a trained doom:basic run directory (for the converged rows).
+# JOBS=FILE (environment) runs training jobs instead of steps 1-3: each line
+# "NAME CORES ARGS..." is `a3c train ARGS` pinned to its own CORES cores
+# (taskset, consecutive ranges), all at once, each in /tmp/a3c_runs/NAME;
+# their logs, configs, episodes.csv and metrics.csv come back as
+# OUT/runs.tar.gz (checkpoints and TensorBoard files left out).
 #
 # Steps (the shared start first: machine facts into OUT/machine.txt, the
 # wheels, the Cython extensions built in place, a Numba cache in /tmp):
@@ -23,7 +28,7 @@
 # About 4 minutes on a 16-core Xeon. docs/benchmarks.md says how to use it.
 set -u
 case "${1:-}" in
-    -h|--help|"") sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ]; exit $? ;;
+    -h|--help|"") sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ]; exit $? ;;
 esac
 OUT=$1
 WHL=${2:-}
@@ -54,6 +59,28 @@ stamp build
 $PY setup.py -q build_ext --inplace -j 8 >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export NUMBA_CACHE_DIR=/tmp/a3c_numba_cache
+
+# --- training jobs (JOBS=FILE) -------------------------------------------------
+if [ -n "${JOBS:-}" ]; then
+    stamp "numba cache"          # once, before the jobs would compile side by side
+    $PY -m a3c_core compile --spec doom-lstm | tail -1
+    mkdir -p /tmp/a3c_runs
+    core=0
+    while read -r name cores args; do
+        case "$name" in ""|\#*) continue ;; esac
+        last=$((core + cores - 1))
+        stamp "$name on cores $core-$last: a3c train $args"
+        # shellcheck disable=SC2086  # ARGS is a flag list
+        taskset -c "$core-$last" $PY -m a3c_core train $args --quiet \
+            --run-dir "/tmp/a3c_runs/$name" >"/tmp/a3c_runs/$name.log" 2>&1 &
+        core=$((last + 1))
+    done <"$JOBS"
+    wait
+    stamp "jobs done"
+    tail -n 3 /tmp/a3c_runs/*.log
+    tar czf "$OUT/runs.tar.gz" --exclude=checkpoints --exclude=tb -C /tmp a3c_runs
+    exit 0
+fi
 
 # --- 1. end-to-end rows, T P P T -------------------------------------------
 for w in $WORKERS; do
