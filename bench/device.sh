@@ -12,7 +12,8 @@
 # TRAINED_RUN: a trained doom:basic run directory (for the converged rows).
 # JOBS=FILE (environment) runs training jobs instead of steps 1-3: each line
 # "NAME CORES ARGS..." is `a3c train ARGS` pinned to its own CORES cores
-# (taskset, consecutive ranges), all at once, each in /tmp/a3c_runs/NAME;
+# (taskset, consecutive ranges), all at once, each in JOB_DIR/NAME (default
+# /tmp/a3c_runs);
 # their logs, configs, episodes.csv and metrics.csv come back as
 # OUT/runs.tar.gz (checkpoints and TensorBoard files left out).
 #
@@ -28,7 +29,7 @@
 # About 4 minutes on a 16-core Xeon. docs/benchmarks.md says how to use it.
 set -u
 case "${1:-}" in
-    -h|--help|"") sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ]; exit $? ;;
+    -h|--help|"") sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ]; exit $? ;;
 esac
 OUT=$1
 WHL=${2:-}
@@ -64,7 +65,8 @@ export NUMBA_CACHE_DIR=/tmp/a3c_numba_cache
 if [ -n "${JOBS:-}" ]; then
     stamp "numba cache"          # once, before the jobs would compile side by side
     $PY -m a3c_core compile --spec doom-lstm | tail -1
-    mkdir -p /tmp/a3c_runs
+    jd=${JOB_DIR:-/tmp/a3c_runs}
+    mkdir -p "$jd"
     core=0
     while read -r name cores args; do
         case "$name" in ""|\#*) continue ;; esac
@@ -72,13 +74,13 @@ if [ -n "${JOBS:-}" ]; then
         stamp "$name on cores $core-$last: a3c train $args"
         # shellcheck disable=SC2086  # ARGS is a flag list
         taskset -c "$core-$last" $PY -m a3c_core train $args --quiet \
-            --run-dir "/tmp/a3c_runs/$name" >"/tmp/a3c_runs/$name.log" 2>&1 &
+            --run-dir "$jd/$name" >"$jd/$name.log" 2>&1 &
         core=$((last + 1))
     done <"$JOBS"
     wait
     stamp "jobs done"
-    tail -n 3 /tmp/a3c_runs/*.log
-    tar czf "$OUT/runs.tar.gz" --exclude=checkpoints --exclude=tb -C /tmp a3c_runs
+    tail -n 3 "$jd"/*.log
+    tar czf "$OUT/runs.tar.gz" --exclude=checkpoints --exclude=tb -C "$(dirname "$jd")" "$(basename "$jd")"
     exit 0
 fi
 

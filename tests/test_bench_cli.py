@@ -356,6 +356,36 @@ def test_device_runner_help_and_syntax():
     assert r.returncode != 0 and "bash bench/device.sh OUT_DIR" in r.stdout
 
 
+def test_device_runner_jobs_pins_each_job_and_packs_the_logs(tmp_path):
+    """bench/device.sh with JOBS=FILE: each job line becomes one `a3c train`
+    on its own consecutive cores (taskset), comment lines are skipped, and
+    the job logs come back in OUT/runs.tar.gz.  A stand-in "python" records
+    its arguments instead of training."""
+    import shutil
+    import subprocess
+    import tarfile
+
+    if shutil.which("bash") is None or shutil.which("taskset") is None:
+        pytest.skip("no bash or taskset")
+    if not {0, 1} <= os.sched_getaffinity(0):
+        pytest.skip("cores 0 and 1 are not both ours")
+    py = tmp_path / "py"
+    py.write_text('#!/bin/sh\necho "cores $(taskset -cp $$ | sed \'s/.*: //\') args $*"\n')
+    py.chmod(0o755)
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("# a comment\na 1 --env doom:basic --seed 0\n\nb 1 --env doom:basic --seed 1\n")
+    out, jd = tmp_path / "out", tmp_path / "runs"
+    env = dict(os.environ, PYTHON=str(py), JOBS=str(jobs), JOB_DIR=str(jd))
+    r = subprocess.run(["bash", os.path.join(BENCH, "device.sh"), str(out)], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "cores 0 args -m a3c_core train --env doom:basic --seed 0 --quiet" in (jd / "a.log").read_text()
+    assert "cores 1 args -m a3c_core train --env doom:basic --seed 1 --quiet" in (jd / "b.log").read_text()
+    assert f"--run-dir {jd}/b" in (jd / "b.log").read_text()
+    with tarfile.open(out / "runs.tar.gz") as t:
+        assert {"runs/a.log", "runs/b.log"} <= set(t.getnames())
+
+
 def test_scenario_table_reads_runs_at_marks_and_counts_runs_below_random(tmp_path):
     """bench/scenarios.py's table from two finished run dirs: the avg100 of
     the episodes finished by each mark, median and range over the seeds, and
