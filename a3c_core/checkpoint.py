@@ -233,6 +233,19 @@ def load_checkpoint(path, which="latest") -> Checkpoint:
     return Checkpoint(path, params, opt, meta)
 
 
+def no_run_dir(path) -> CheckpointError:
+    """The error for a ``--resume`` path that is not a directory.  A checkpoint
+    file (``RUN/checkpoints/latest.npz``) names its run directory."""
+    p = os.fspath(path)
+    if not os.path.isfile(p):
+        return CheckpointError(f"--resume: run directory not found: {p}")
+    folder = os.path.dirname(os.path.abspath(p))
+    run = os.path.dirname(folder)
+    hint = (f"; its run directory is {run} (a3c train --resume {run})"
+            if os.path.basename(folder) == "checkpoints" else "")
+    return CheckpointError(f"--resume takes a run directory, not a file: {p}{hint}")
+
+
 def find_resume_checkpoint(run_dir) -> Checkpoint:
     """The newest valid checkpoint of ``run_dir`` (``latest.npz`` or ``best.npz``).
 

@@ -79,7 +79,7 @@ def _cmd_train(args):
         if args.resume:
             saved = os.path.join(args.resume, "config.toml")
             if not os.path.isdir(args.resume):
-                raise CheckpointError(f"--resume: run directory not found: {args.resume}")
+                raise ck.no_run_dir(args.resume)
             ignored = []
             if os.path.exists(saved):
                 base = Config.from_toml(saved, saved_run=True, ignored=ignored)

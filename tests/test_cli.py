@@ -243,6 +243,28 @@ def test_plot_overlays_runs_and_prints_the_png(tmp_path):
     assert os.path.getsize(os.path.join(runs[1], "learning_curve.png")) > 1000
 
 
+def test_resume_from_a_checkpoint_file_names_its_run_directory(tmp_path):
+    """``a3c train --resume RUN/checkpoints/latest.npz``: exit 2, saying that
+    --resume takes a run directory and which one that file belongs to; a
+    missing path is still "run directory not found"; nothing is written."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    f = run / "checkpoints" / "latest.npz"
+    f.write_bytes(b"not read")
+    out = a3c("train", "--resume", str(f))
+    assert out.returncode == 2, out.stderr
+    assert f"--resume takes a run directory, not a file: {f}" in out.stderr
+    assert f"its run directory is {run} (a3c train --resume {run})" in out.stderr
+    other = tmp_path / "policy.npz"
+    other.write_bytes(b"x")
+    out = a3c("train", "--resume", str(other))
+    assert out.returncode == 2 and "not a file" in out.stderr and "its run directory" not in out.stderr
+    out = a3c("train", "--resume", str(tmp_path / "nope"))
+    assert out.returncode == 2 and "run directory not found" in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy.npz", "run"]
+    assert [p.name for p in run.iterdir()] == ["checkpoints"]
+
+
 def test_plot_errors(tmp_path):
     out = a3c("plot", str(tmp_path / "nope"))
     assert out.returncode == 2 and "run directory not found" in out.stderr

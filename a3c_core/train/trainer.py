@@ -197,7 +197,7 @@ class Trainer:
         ckpt = None
         if resume is not None:
             if not os.path.isdir(resume):
-                raise CheckpointError(f"--resume: run directory not found: {resume}")
+                raise ck.no_run_dir(resume)
             ckpt = ck.find_resume_checkpoint(resume)  # validates before anything is written
             self.resume_note = f"resuming from {ckpt.path} (step {ckpt.meta.get('counters', {}).get('steps', 0):,})"
             for why in ckpt.skipped:    # e.g. a corrupt latest.npz: say why it was passed over
