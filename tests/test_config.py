@@ -58,6 +58,11 @@ def test_resolve_amsgrad_and_anneal():
     assert _r(env="ALE/Pong-v5").anneal_steps == 0
     assert _r("vector", **cart).anneal_steps == 0
     assert _r(total_steps=0).anneal_steps == 1_000_000          # not the budget
+    # defend_the_line's own default: no anneal (the rate stays 1e-4); a flag still turns it on
+    assert _r(env="doom:defend_the_line").anneal_steps == 0
+    assert _r(env="doom:defend_the_line").lr == pytest.approx(1e-4)
+    assert _r(env="doom:defend_the_line", lr_anneal=True).anneal_steps == 1_000_000
+    assert _r(env="doom:defend_the_center").anneal_steps == 1_000_000
     assert _r(total_steps=5000, lr_anneal_steps=0).anneal_steps == 5000
     assert _r(optimizer="rmsprop").anneal_steps == 0
     assert _r(lr_anneal=False).anneal_steps == 0

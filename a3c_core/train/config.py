@@ -115,7 +115,7 @@ class Config:
     truncation_bootstrap: Optional[bool] = _f(None, "bootstrap from V(s_T) when a time limit cuts an episode (default: the env family's; off for doom)")
     optimizer: str = _f("adam", "shared optimizer: adam (shared moments), rmsprop (the A3C paper's, shared statistics) or sgd")
     lr: float = _f(0.0, "learning rate, in [0, 1] (0 = the family's default for the optimizer and network; a resumed run keeps its own)")
-    lr_anneal: Optional[bool] = _f(None, "anneal lr linearly to lr x lr_anneal_floor over lr_anneal_steps, then hold (default: the family's; on for doom-lstm)")
+    lr_anneal: Optional[bool] = _f(None, "anneal lr linearly to lr x lr_anneal_floor over lr_anneal_steps, then hold (default: the family's; on for doom-lstm, off on doom:defend_the_line)")
     lr_anneal_steps: int = _f(1_000_000, "agent steps the anneal lasts, whatever the run's budget (0 = total_steps)")
     lr_anneal_floor: float = _f(0.1, "where the anneal ends, as a fraction of lr, in [0, 1]")
     rmsprop_alpha: float = _f(0.99, "RMSProp decay of the shared squared-gradient statistics, in [0, 1)")
