@@ -33,6 +33,15 @@ case "${1:-}" in
 esac
 OUT=$1
 WHL=${2:-}
+if [ -n "${JOBS:-}" ]; then     # a bad jobs file fails here, before the build spends device time
+    [ -r "$JOBS" ] || { echo "device.sh: JOBS file not readable: $JOBS" >&2; exit 2; }
+    while read -r name cores _; do
+        case "$name" in ""|\#*) continue ;; esac
+        [[ "$cores" =~ ^[1-9][0-9]*$ ]] || {
+            echo "device.sh: $JOBS: job '$name' needs a core count > 0 after its name, got '$cores'" >&2
+            exit 2; }
+    done <"$JOBS"
+fi
 RUN=${3:-}
 WORKERS=${WORKERS:-1 8 16}
 SECS=${SECONDS_RUN:-6}

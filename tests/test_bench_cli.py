@@ -384,6 +384,16 @@ def test_device_runner_jobs_pins_each_job_and_packs_the_logs(tmp_path):
     assert f"--run-dir {jd}/b" in (jd / "b.log").read_text()
     with tarfile.open(out / "runs.tar.gz") as t:
         assert {"runs/a.log", "runs/b.log"} <= set(t.getnames())
+    # a bad jobs file is refused up front, naming the job and the file
+    jobs.write_text("a 1 --seed 0\nb x --seed 1\n")
+    r = subprocess.run(["bash", os.path.join(BENCH, "device.sh"), str(tmp_path / "out2")], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "job 'b' needs a core count > 0 after its name, got 'x'" in r.stderr
+    assert not (tmp_path / "out2").exists()
+    env["JOBS"] = str(tmp_path / "nope.txt")
+    r = subprocess.run(["bash", os.path.join(BENCH, "device.sh"), str(tmp_path / "out2")], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "JOBS file not readable" in r.stderr
 
 
 def test_scenario_table_reads_runs_at_marks_and_counts_runs_below_random(tmp_path):
