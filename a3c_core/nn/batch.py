@@ -2,9 +2,10 @@
 
 :meth:`Network.step_batch` (and through it ``Policy.act_batch``) runs here.
 Each of the N rows is its own agent with its own LSTM state; the rows share
-nothing but the weights.  The encoder runs batched over the rows with the
-rollout path's layers (im2col + one BLAS GEMM per conv, one GEMM for the fc:
-the same code the training update's forward uses), the LSTM's gate sums as
+nothing but the weights.  The encoder runs batched over the rows: the convs by
+the register-blocked direct kernel of :mod:`a3c_core._conv` where the CPU has
+it (AVX2+FMA or AVX-512; else the rollout path's im2col + one BLAS GEMM per
+conv), the fc as one GEMM, the LSTM's gate sums as
 two GEMMs over the rows, and the cell and heads as one nogil kernel
 (``kernels.core_heads_rows``, the batch-1 step's per-row arithmetic).
 
@@ -39,6 +40,14 @@ BATCH_MIN_ROWS = 4
 #: passes of 8 images, 33.8 of 16, 34.5 of 32, 35.0 of 64
 CONV_CHUNK = 8
 
+#: the convs by :mod:`a3c_core._conv`'s direct kernel where it runs (float32,
+#: unpadded, 16/32/64 output channels, AVX2+FMA or AVX-512; otherwise im2col +
+#: GEMM): measured 2026-11-28 (2-core Xeon VM, AVX-512, doom-lstm, 8 images
+#: per pass) conv1 8.0 against 17.8 us per image with im2col + GEMM, conv2 7.8
+#: against 16.4 (ELU and layout not counted on the direct side; see
+#: docs/results.md#embedding).  False forces the GEMM path (tests, bench).
+DIRECT_CONV = True
+
 
 class BatchStepper:
     """A network's scratch for :meth:`Network.step_batch` (one per Network
@@ -62,6 +71,10 @@ class BatchStepper:
         self.ws = [layer.workspace(sub if i < nc else rows, dt)
                    for i, layer in enumerate(net.encoder)]
         self.feat = np.empty((rows, net.encoder[nc - 1].n_out), dt) if nc else None
+        # the convs by the direct kernel where it runs (see the module docstring)
+        convs = net.encoder[:nc]
+        self.direct = bool(nc) and DIRECT_CONV and all(L.direct_ok(dt) for L in convs)
+        self.w_direct = [L.direct_weight(net._p) for L in convs] if self.direct else []
         hd = max(net.lstm_size, 1)
         self.gates = np.empty((rows, 4 * hd), dt)
         self.tmp = np.empty((rows, 4 * hd), dt)
@@ -77,6 +90,9 @@ class BatchStepper:
         n = obs.shape[0]
         p = net._p
         heads = net.heads.step_args(p)
+        self._workspace(min(n, CHUNK))
+        for layer, w in zip(net.encoder, self.w_direct):   # this call's weights
+            layer.direct_weight(p, w)
         for lo in range(0, n, CHUNK):
             hi = min(n, lo + CHUNK)
             m = hi - lo
@@ -88,8 +104,12 @@ class BatchStepper:
                 for s in range(0, m, CONV_CHUNK):
                     e = min(m, s + CONV_CHUNK)
                     y = x[s:e]
-                    for layer, lws in zip(net.encoder[:nc], ws[:nc]):
-                        y = layer.forward(lws, p, y, e - s)
+                    if self.direct:
+                        for layer, lws, w in zip(net.encoder[:nc], ws[:nc], self.w_direct):
+                            y = layer.forward_direct(lws, p, y, e - s, w)
+                    else:
+                        for layer, lws in zip(net.encoder[:nc], ws[:nc]):
+                            y = layer.forward(lws, p, y, e - s)
                     feat[s:e] = y.reshape(e - s, -1)
                 x = feat
             for layer, lws in zip(net.encoder[nc:], ws[nc:]):

@@ -41,6 +41,7 @@ import math
 
 import numpy as np
 
+from a3c_core import _conv
 from a3c_core._hugepages import empty as _hp_empty
 
 from . import kernels as K
@@ -118,6 +119,9 @@ class Conv2d:
             ws["dy"] = _hp_empty((rows, o), dt)
         if self.nchw_in and c > 1:
             ws["x_nhwc"] = np.empty((t_cap, h, w, c), dt)
+        if self.pad:                     # forward_direct's padded input (border stays 0)
+            q = self.pad
+            ws["x_pad"] = np.zeros((t_cap, h + 2 * q, w + 2 * q, c), dt)
         return ws
 
     def dy_rows(self, ws, t_len):
@@ -153,6 +157,42 @@ class Conv2d:
         cols = self.prepare_backward(ws, p, x, t_len)
         z = ws["z"][:t_len * self.n_pix]
         np.dot(cols, ws["w_ijc"].T, out=z)
+        return self._bias_act_out(ws, p, z, t_len)
+
+    def direct_ok(self, dtype):
+        """Whether :meth:`forward_direct` runs for this layer here (float32,
+        16/32/64 output channels, a CPU with AVX2+FMA or AVX-512)."""
+        return np.dtype(dtype) == np.float32 and _conv.supported(self.out_ch)
+
+    def direct_weight(self, p, out=None):
+        """The weight in the ``(KH, KW, C, O)`` order :meth:`forward_direct` reads."""
+        w = p[self.name + ".weight"].transpose(2, 3, 1, 0)
+        if out is None:
+            return np.ascontiguousarray(w)
+        out[...] = w
+        return out
+
+    def forward_direct(self, ws, p, x, t_len, w_hwco):
+        """:meth:`forward`'s output (into the same workspace rows) by the
+        direct convolution of :mod:`a3c_core._conv` instead of im2col + GEMM:
+        the batched inference path (``nn.batch``), where it measures faster.
+        Writes no im2col rows, so a backward cannot follow it.  ``w_hwco``:
+        :meth:`direct_weight`.  Requires :meth:`direct_ok`."""
+        c, h, w = self.in_shape
+        if self.nchw_in:
+            x4 = x.reshape(t_len, c, h, w)
+        else:                                # the previous conv's NHWC rows
+            x4 = x.reshape(t_len, h, w, c).transpose(0, 3, 1, 2)
+        if self.pad:                         # into the zero-bordered NHWC scratch
+            q = self.pad
+            xp = ws["x_pad"][:t_len]
+            xp[:, q:q + h, q:q + w, :] = x4.transpose(0, 2, 3, 1)
+            x4 = xp.transpose(0, 3, 1, 2)
+        z = ws["z"][:t_len * self.n_pix]
+        _conv.conv_direct(x4, w_hwco, self.stride, z.reshape(t_len, *self.out_hw, self.out_ch))
+        return self._bias_act_out(ws, p, z, t_len)
+
+    def _bias_act_out(self, ws, p, z, t_len):
         act = K.ACT_CODES[self.act]
         if self.flatten_out:
             flat = ws["flat"][:t_len]
