@@ -99,7 +99,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from a3c_core import core
+from a3c_core import _conv, core
 from a3c_core._blas import limit_blas_threads
 from a3c_core._jit import kernel
 from a3c_core.checkpoint import versions
@@ -556,7 +556,8 @@ def bench_embedding(net, raw_shape, pipe_spec, repeat, min_time, ns=EMBED_NS) ->
         ratio = statistics.median(per) / statistics.median(a)
         batch_us[n] = statistics.median(per) * 1e6
         rows.append(Row(f"act_batch N={n} per agent", _us(per), "us",
-                        f"{ratio:.2f}x of Policy.act's batch-1 call (timed in turn with it)",
+                        f"{ratio:.2f}x of Policy.act's batch-1 call (timed in turn with it); "
+                        f"convs: {'direct, ' + _conv.ISA if _conv.ISA else 'im2col + GEMM'}",
                         {"ratio_to_act": ratio, "n": n}))
     rows.insert(0, Row("Policy.act (batch 1)", _us(act_all), "us",
                        f"{net.spec['name']}, raw {tuple(raw_shape)} frame -> action"))

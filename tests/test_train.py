@@ -371,6 +371,50 @@ def test_a_resumed_run_keeps_the_rate_it_trained_with(tmp_path, monkeypatch):
         trainer.close()
 
 
+def test_a_resumed_run_keeps_the_defaults_it_trained_with(tmp_path, monkeypatch):
+    """config.toml holds the family defaults as resolved when the run started
+    (Config.pinned), so a newer default (here: the anneal switched on for the
+    vector specs) does not change a resumed run; a run saved before that
+    (its config.toml leaves lr_anneal unset) keeps the anneal its checkpoint
+    trained with, and says so; a flag still overrides both."""
+    import dataclasses
+
+    from a3c_core.envs import families
+    from a3c_core.train.config import resolve
+
+    run = str(tmp_path / "run")
+    assert main(["train", "--env", "CartPole-v1", "--workers", "1", "--quiet", "--no-tensorboard",
+                 "--total-steps", "200", "--seed", "3", "--run-dir", run]) == 0
+    saved = Config.from_toml(os.path.join(run, "config.toml"), saved_run=True)
+    r = resolve(Config(env="CartPole-v1"), "vector")
+    assert (saved.lr_anneal, saved.adam_amsgrad, saved.obs_norm, saved.reward_clip,
+            saved.truncation_bootstrap, saved.normalize_advantages, saved.frame_skip) == \
+        (False, r.amsgrad, r.obs_norm, r.reward_clip, r.truncation_bootstrap,
+         r.normalize_advantages, r.env_args["frame_skip"])
+    assert saved.seed == 3 and saved.lr == 0.0 and saved.spec == "auto"   # set ones as they were
+    assert load_checkpoint(run).meta["optimizer_scalars"]["anneal_steps"] == 0
+    # a newer version: the vector specs anneal by default
+    newer = dataclasses.replace(families.VECTOR_TUNING, lr_anneal=True)
+    gym = dataclasses.replace(families.GYM, defaults=dataclasses.replace(
+        families.GYM.defaults, tuning={"mlp": newer, "mlp-lstm": newer}))
+    monkeypatch.setattr(families, "FAMILIES",
+                        [gym if f is families.GYM else f for f in families.FAMILIES])
+    assert resolve(Config(env="CartPole-v1", total_steps=400), "vector").anneal_steps > 0
+    for unset in (False, True):     # this version's config.toml, and an older one's
+        base = saved.replace(run_dir=run, total_steps=400, lr_anneal=None if unset else False)
+        trainer = Trainer(base, resume=run)
+        try:
+            assert trainer.shared.optimizer.anneal_steps == 0
+            assert ("lr anneal off as trained" in trainer.resume_note) == unset
+        finally:
+            trainer.close()
+    trainer = Trainer(saved.replace(run_dir=run, total_steps=400, lr_anneal=True), resume=run)
+    try:
+        assert trainer.shared.optimizer.anneal_steps > 0          # the flag wins
+    finally:
+        trainer.close()
+
+
 def test_checkpoint_counts_only_episodes_whose_rows_are_on_disk(tmp_path):
     """A checkpoint's episode counter never runs ahead of episodes.csv on disk:
     save() reads the counters under the store's episode lock (an episode is

@@ -13,6 +13,8 @@ the optimizer's arrays.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import time
 from dataclasses import dataclass, field
 
@@ -170,6 +172,16 @@ def plan_run(cfg: Config, env, ckpt=None) -> RunPlan:
         if isinstance(saved, (int, float)) and 0.0 < saved <= 1.0:   # else corrupt: the default
             lr = float(saved)
             notes.append(f"lr {saved:g} as trained (--lr to change it)")
+    # and its anneal, on or off, where the config leaves it unset (a run saved
+    # before config.toml held the resolved value: see Config.pinned)
+    if ckpt is not None and cfg.lr_anneal is None and ckpt.meta.get("optimizer") == cfg.optimizer:
+        saved = (ckpt.meta.get("optimizer_scalars") or {}).get("anneal_steps")
+        if isinstance(saved, int) and not isinstance(saved, bool) and saved >= 0 \
+                and (saved > 0) != (r.anneal_steps > 0):
+            steps = (cfg.lr_anneal_steps or cfg.total_steps or saved) if saved else 0
+            r = dataclasses.replace(r, anneal_steps=int(steps))
+            notes.append(f"lr anneal {'on' if saved else 'off'} as trained "
+                         f"(--{'no-' if saved else ''}lr-anneal to change it)")
     return RunPlan(
         cfg=cfg, resolved=r, spec_name=r.spec, net_kwargs=net_kwargs,
         pipeline_spec=pipeline_spec, net_spec=net.spec, layout=layout_of(net),

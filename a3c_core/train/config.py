@@ -252,6 +252,19 @@ class Config:
             bad("exploration_scale", "must be > 0")
         return self
 
+    def pinned(self, r: "Resolved") -> "Config":
+        """This config with the family defaults it left unset written out from
+        ``r`` (:func:`resolve` of it): what a run saves as its config.toml, so
+        that ``--resume`` keeps the settings the run trained with when a newer
+        version changes a default.  Fields the user set stay as they are."""
+        vals = dict(obs_norm=r.obs_norm, reward_clip=r.reward_clip,
+                    truncation_bootstrap=r.truncation_bootstrap,
+                    normalize_advantages=r.normalize_advantages,
+                    lr_anneal=r.anneal_steps > 0, frame_skip=r.env_args["frame_skip"])
+        if self.optimizer == "adam":
+            vals["adam_amsgrad"] = r.amsgrad
+        return self.replace(**{k: v for k, v in vals.items() if getattr(self, k) is None})
+
     # -- (de)serialisation ----------------------------------------------------
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

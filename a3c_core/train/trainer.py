@@ -249,7 +249,7 @@ class Trainer:
         os.makedirs(os.path.join(self.run_dir, "checkpoints"), exist_ok=True)
         _remove_partial_checkpoints(os.path.join(self.run_dir, "checkpoints"))
         with open(os.path.join(self.run_dir, "config.toml"), "w") as fh:
-            fh.write(cfg.to_toml())
+            fh.write(cfg.pinned(plan.resolved).to_toml())   # defaults as resolved now
         self.backend.written()
 
         self._signals = SignalsAsExceptions()   # inert until run() enters one
