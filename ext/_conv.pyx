@@ -7,21 +7,24 @@ bias).  ``x`` is any 4-D float32 ``(N, C, H, W)`` view (its strides are read,
 so NCHW rows and an NHWC array seen through ``transpose(0, 3, 1, 2)`` both
 work); ``w`` is ``(KH, KW, C, O)`` C-contiguous, ``out`` ``(N, OH, OW, O)``
 C-contiguous (NHWC, the layout the rollout path's conv output has), and ``O``
-a multiple of 16.
+a multiple of 16 (16, 32 or 64).
 
 Why it exists: for the batched step the im2col + BLAS GEMM path spends its
 time on the im2col copy and on a GEMM whose 16- or 32-column output keeps
 OpenBLAS well below peak (docs/results.md#embedding).  Here each output
-position's channels are one to four 16-float vectors held in registers for a
-block of up to 10 positions along the row; the kernel window is walked once
-per block, each step one weight-vector load and one broadcast FMA per
+position's channels are one, two or four 16-float vectors held in registers
+for a block of up to 10 positions along the row; the kernel window is walked
+once per block, each step one weight-vector load and one broadcast FMA per
 position (the register-blocked direct convolution oneDNN uses on x86).  The
 block width is a compile-time constant per instantiation, so the
-accumulators stay in registers.  GCC's vector extensions keep the source
-portable: the AVX-512 clone runs one zmm per vector, the AVX2 clone two ymm,
-the baseline four xmm (``target_clones``, run-time dispatch on GCC/Linux).
-The summation order differs from the GEMM's, so results agree with the
-im2col path to float32 rounding, not bit for bit.
+accumulators stay in registers.  The source is C with GCC vector extensions
+(GCC and Clang), compiled twice: an AVX-512 driver (one zmm per vector,
+blocks of up to 20 accumulators) and an AVX2+FMA driver (two ymm per vector,
+narrower blocks), picked at import by ``__builtin_cpu_supports``
+(:data:`ISA`).  Elsewhere :data:`ISA` is None and callers keep im2col + GEMM.
+The kernel sums each output over (ky, kx, c) in the im2col column order.
+Results agree with the im2col path to float32 rounding; they are not
+promised bit for bit.
 """
 import numpy as np
 
