@@ -18,10 +18,13 @@ once per block, each step one weight-vector load and one broadcast FMA per
 position (the register-blocked direct convolution oneDNN uses on x86).  The
 block width is a compile-time constant per instantiation, so the
 accumulators stay in registers.  The source is C with GCC vector extensions
-(GCC and Clang), compiled twice: an AVX-512 driver (one zmm per vector,
-blocks of up to 20 accumulators) and an AVX2+FMA driver (two ymm per vector,
-narrower blocks), picked at import by ``__builtin_cpu_supports``
-(:data:`ISA`).  Elsewhere :data:`ISA` is None and callers keep im2col + GEMM.
+(GCC and Clang) compiled for AVX-512 (one zmm per vector, blocks of up to 20
+accumulators), run where ``__builtin_cpu_supports`` finds AVX-512F and FMA
+(:data:`ISA`).  Elsewhere :data:`ISA` is None and callers keep im2col + GEMM:
+the same source built for AVX2 (a 16-float vector as two ymm, 16 registers)
+measured 73 and 677 us per image for the doom convs against 9.8 and 10.5 with
+AVX-512 (2026-11-28), far slower than the GEMM path, so there is no AVX2
+driver.
 The kernel sums each output over (ky, kx, c) in the im2col column order.
 Results agree with the im2col path to float32 rounding; they are not
 promised bit for bit.
@@ -88,12 +91,10 @@ cdef extern from *:
     #define A3C_CASE(V, P) case P: a3c_conv_blk_##V##_##P(xb, sy, sx, sc, sp, KH, KW, C, w, o); break;
     #endif
 
-    /* One driver per instruction set, with its own block widths PB1, PB2,
-       PB4 (positions per block for V = 1, 2, 4 channel vectors): the
-       accumulators (P*V vectors) must fit the registers, 32 zmm with
-       AVX-512 (P*V <= 20), 16 ymm with AVX2 (a vector is two ymm: P*V <= 6).
-       Callers check a3c_conv_isa() first; there is no baseline-x86 driver
-       (SSE's 16 xmm would hold too few accumulators to beat the GEMM). */
+    /* The driver, with its block widths PB1, PB2, PB4 (positions per block
+       for V = 1, 2, 4 channel vectors): the accumulators (P*V vectors) must
+       fit AVX-512's 32 zmm registers (P*V <= 20).  Callers check
+       a3c_conv_isa() first. */
     #if A3C_CONV_VEC
     #define A3C_DRIVER(NAME, ATTR, PB1, PB2, PB4)                                   \\
     ATTR static int NAME(                                                            \\
@@ -140,12 +141,10 @@ cdef extern from *:
 
     #if A3C_CONV_VEC && (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
     A3C_DRIVER(a3c_conv_avx512, __attribute__((target("avx512f,avx2,fma"))), 10, 9, 5)
-    A3C_DRIVER(a3c_conv_avx2, __attribute__((target("avx2,fma"))), 6, 3, 1)
-    /* 2: AVX-512F (+FMA), 1: AVX2 + FMA, 0: neither (callers use the GEMM path) */
+    /* 2: AVX-512F and FMA, 0: not (callers use the GEMM path) */
     static int a3c_conv_isa(void) {
         __builtin_cpu_init();
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")) return 2;
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 1;
         return 0;
     }
     static int a3c_conv_direct(
@@ -153,7 +152,6 @@ cdef extern from *:
             int N, int C, int KH, int KW, int s, int OH, int OW, int O,
             const float *w, float *out, int isa) {
         if (isa == 2) return a3c_conv_avx512(x, sn, sc, sy, sx, N, C, KH, KW, s, OH, OW, O, w, out);
-        if (isa == 1) return a3c_conv_avx2(x, sn, sc, sy, sx, N, C, KH, KW, s, OH, OW, O, w, out);
         return -1;
     }
     #else
@@ -174,9 +172,9 @@ cdef extern from *:
 
 cdef int _ISA = a3c_conv_isa()
 
-#: the instruction set the kernel runs with here: "avx512", "avx2" (with FMA)
+#: the instruction set the kernel runs with here: "avx512" (AVX-512F with FMA)
 #: or None (no direct convolution: callers keep the im2col + GEMM path)
-ISA = {2: "avx512", 1: "avx2"}.get(_ISA)
+ISA = {2: "avx512"}.get(_ISA)
 
 
 def supported(int out_channels):
@@ -185,18 +183,8 @@ def supported(int out_channels):
 
 
 def conv_direct(const float[:, :, :, :] x, const float[:, :, :, ::1] w, int stride,
-                float[:, :, :, ::1] out, isa=None):
-    """``out = conv(x, w)`` (see the module docstring); releases the GIL.
-
-    ``isa``: None for the best this CPU has (:data:`ISA`), or ``"avx2"`` to
-    run the AVX2 driver on an AVX-512 CPU (the tests check both)."""
-    cdef int use = _ISA
-    if isa is not None:
-        use = {"avx512": 2, "avx2": 1}.get(isa, -1)
-        if use < 0:
-            raise ValueError(f"isa must be None, 'avx512' or 'avx2', got {isa!r}")
-        if use > _ISA:
-            raise ValueError(f"this CPU has no {isa} (best: {ISA})")
+                float[:, :, :, ::1] out):
+    """``out = conv(x, w)`` (see the module docstring); releases the GIL."""
     cdef Py_ssize_t n = x.shape[0], c = x.shape[1], h = x.shape[2], wd = x.shape[3]
     cdef int kh = <int>w.shape[0], kw = <int>w.shape[1], o = <int>w.shape[3]
     cdef int oh, ow, rc
@@ -217,8 +205,8 @@ def conv_direct(const float[:, :, :, :] x, const float[:, :, :, ::1] w, int stri
     with nogil:
         rc = a3c_conv_direct(&x[0, 0, 0, 0], x.strides[0] // isz, x.strides[1] // isz,
                              x.strides[2] // isz, x.strides[3] // isz, <int>n, <int>c, kh, kw,
-                             stride, oh, ow, o, &w[0, 0, 0, 0], &out[0, 0, 0, 0], use)
+                             stride, oh, ow, o, &w[0, 0, 0, 0], &out[0, 0, 0, 0], _ISA)
     if rc != 0:
-        raise ValueError(f"direct convolution runs on x86 with AVX2+FMA or AVX-512 in a "
+        raise ValueError(f"direct convolution runs on x86 with AVX-512 (and FMA) in a "
                          f"GCC/Clang build, for 16, 32 or 64 output channels (got {o}, "
                          f"instruction set {ISA})")

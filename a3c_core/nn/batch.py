@@ -4,7 +4,7 @@
 Each of the N rows is its own agent with its own LSTM state; the rows share
 nothing but the weights.  The encoder runs batched over the rows: the convs by
 the register-blocked direct kernel of :mod:`a3c_core._conv` where the CPU has
-it (AVX2+FMA or AVX-512; else the rollout path's im2col + one BLAS GEMM per
+it (AVX-512 with FMA; else the rollout path's im2col + one BLAS GEMM per
 conv), the fc as one GEMM, the LSTM's gate sums as
 two GEMMs over the rows, and the cell and heads as one nogil kernel
 (``kernels.core_heads_rows``, the batch-1 step's per-row arithmetic).
@@ -41,7 +41,7 @@ BATCH_MIN_ROWS = 4
 CONV_CHUNK = 8
 
 #: the convs by :mod:`a3c_core._conv`'s direct kernel where it runs (float32,
-#: unpadded, 16/32/64 output channels, AVX2+FMA or AVX-512; otherwise im2col +
+#: 16/32/64 output channels, AVX-512 with FMA; otherwise im2col +
 #: GEMM): measured 2026-11-28 (2-core Xeon VM, AVX-512, doom-lstm, 8 images
 #: per pass) conv1 8.0 against 17.8 us per image with im2col + GEMM, conv2 7.8
 #: against 16.4 (ELU and layout not counted on the direct side; see

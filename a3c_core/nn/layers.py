@@ -161,7 +161,7 @@ class Conv2d:
 
     def direct_ok(self, dtype):
         """Whether :meth:`forward_direct` runs for this layer here (float32,
-        16/32/64 output channels, a CPU with AVX2+FMA or AVX-512)."""
+        16/32/64 output channels, a CPU with AVX-512 and FMA)."""
         return np.dtype(dtype) == np.float32 and _conv.supported(self.out_ch)
 
     def direct_weight(self, p, out=None):
