@@ -107,6 +107,7 @@ from a3c_core.core import Preprocessor
 from a3c_core.envs import make_env
 from a3c_core.envs.doom import DoomEnv
 from a3c_core.export import export_onnx, onnx_session
+from a3c_core.nn import batch as batch_mod
 from a3c_core.nn import kernels as K
 from a3c_core.nn import rnd
 from a3c_core.nn import torch_twin
@@ -559,6 +560,20 @@ def bench_embedding(net, raw_shape, pipe_spec, repeat, min_time, ns=EMBED_NS) ->
                         f"{ratio:.2f}x of Policy.act's batch-1 call (timed in turn with it); "
                         f"convs: {'direct, ' + _conv.ISA if _conv.ISA else 'im2col + GEMM'}",
                         {"ratio_to_act": ratio, "n": n}))
+    if _conv.ISA and 64 in ns:     # the direct convs against the im2col + GEMM path they replace
+        gemm = _embed_policy(net, raw_shape, pipe_spec)
+        states = gemm.initial_state(64)
+        batch_mod.DIRECT_CONV = False       # read when the call's scratch is built
+        try:
+            gemm.act_batch(frames[:64], states)
+        finally:
+            batch_mod.DIRECT_CONV = True
+        a, b = _interleaved(lambda: policy.act_batch(frames[:64], states),
+                            lambda: gemm.act_batch(frames[:64], states), repeat, min_time)
+        ratio = statistics.median(b) / statistics.median(a)
+        rows.append(Row("act_batch N=64, im2col + GEMM convs", _us([x / 64 for x in b]), "us",
+                        f"{ratio:.2f}x of act_batch N=64 with the direct convs (timed in turn)",
+                        {"ratio_to_direct": ratio, "n": 64}))
     rows.insert(0, Row("Policy.act (batch 1)", _us(act_all), "us",
                        f"{net.spec['name']}, raw {tuple(raw_shape)} frame -> action"))
     rows.extend(_bench_embed_peers(policy, frames, repeat, min_time, batch_us))

@@ -14,7 +14,6 @@ the optimizer's arrays.
 from __future__ import annotations
 
 import dataclasses
-
 import time
 from dataclasses import dataclass, field
 
@@ -131,6 +130,8 @@ def plan_run(cfg: Config, env, ckpt=None) -> RunPlan:
                 pipeline_spec["norm"] = norm
             elif cfg.obs_norm:
                 notes.append("frames not normalized (the run trained without obs_norm)")
+            # what the run does (and its config.toml records): as trained
+            r = dataclasses.replace(r, obs_norm=norm is not None)
         elif r.obs_norm:
             t0 = time.perf_counter()
             pipeline_spec["norm"] = _measure_image_norm(cfg, env, pipe)
