@@ -220,6 +220,77 @@ def test_doom_health_reward_adds_the_health_change_and_keeps_its_sum(env_process
         make_env("doom:basic", health_reward=float("nan"))
 
 
+def test_doom_kill_reward_adds_each_kill_and_keeps_its_sum():
+    """deadly_corridor, same seed and actions with and without the shaping:
+    the rewards differ by exactly kill_reward x the KILLCOUNT change, and
+    episode_shaping is their sum over the episode (what the trainer subtracts
+    so that logged scores stay the scenario's own)."""
+    actions = np.random.default_rng(1).integers(0, 7, 600).tolist()   # kills one
+    with make_env("doom:deadly_corridor", seed=1) as plain:
+        plain.reset()
+        game = plain._game
+        ra, kills = [], []
+        k0 = game.get_game_variable(vizdoom.GameVariable.KILLCOUNT)
+        for act in actions:
+            _, r, term, trunc = plain.step(act)
+            k1 = game.get_game_variable(vizdoom.GameVariable.KILLCOUNT)
+            ra.append(r)
+            kills.append(k1 - k0)
+            k0 = k1
+            if term or trunc:
+                break
+    with make_env("doom:deadly_corridor", seed=1, kill_reward=50.0) as shaped:
+        b = rollout(shaped, actions)
+        sh = shaped.episode_shaping
+    rb = np.array([r for _, r, _, _ in b[1:]])
+    d = np.array(kills)
+    assert len(rb) == len(ra) and d.sum() >= 1                 # a kill seen
+    np.testing.assert_array_equal(rb - np.array(ra), 50.0 * d)
+    assert sh == 50.0 * d.sum()
+    with pytest.raises(ValueError, match="kill_reward"):
+        make_env("doom:basic", kill_reward="many")
+
+
+def test_button_combos_press_at_most_one_of_each_exclusive_pair():
+    from a3c_core.envs.doom import button_combos
+
+    dtl = button_combos(["TURN_LEFT", "TURN_RIGHT", "ATTACK"])
+    assert dtl == [(), ("ATTACK",), ("TURN_LEFT",), ("TURN_LEFT", "ATTACK"),
+                   ("TURN_RIGHT",), ("TURN_RIGHT", "ATTACK")]
+    corridor = ["MOVE_LEFT", "MOVE_RIGHT", "ATTACK", "MOVE_FORWARD", "MOVE_BACKWARD",
+                "TURN_LEFT", "TURN_RIGHT"]
+    combos = button_combos(corridor)
+    assert len(combos) == 3 * 2 * 3 * 3 == len(set(combos))
+    for pair in (("TURN_LEFT", "TURN_RIGHT"), ("MOVE_FORWARD", "MOVE_BACKWARD"),
+                 ("MOVE_LEFT", "MOVE_RIGHT")):
+        assert not any(set(pair) <= set(c) for c in combos)
+    assert len(button_combos(["TURN_LEFT", "TURN_RIGHT", "MOVE_FORWARD", "MOVE_LEFT",
+                              "MOVE_RIGHT"])) == 18            # my_way_home: no backward button
+
+
+def test_doom_combos_replay_the_single_buttons_exactly_and_name_their_set():
+    """defend_the_line with action_set="combos": the combination holding one
+    button plays exactly as that button's action of the shipped set (same
+    seed: same frames and rewards); the spec records the set and make_env
+    rebuilds it from there."""
+    actions = np.random.default_rng(2).integers(0, 3, 300).tolist()
+    with make_env("doom:defend_the_line", seed=4) as shipped:
+        a = rollout(shipped, actions)
+        names = list(shipped.action_names)
+        assert shipped.spec()["action_set"] == "buttons"
+    with make_env("doom:defend_the_line", seed=4, action_set="combos") as combos:
+        assert combos.n_actions == 6 and combos.action_names[0] == "NOOP"
+        index = [combos.action_names.index(n) for n in names]
+        b = rollout(combos, [index[x] for x in actions])
+        spec = combos.spec()
+    assert spec["action_set"] == "combos" and spec["n_actions"] == 6
+    assert_same(a, b)
+    with make_env(spec["id"], action_set=spec["action_set"], env_process=True) as again:
+        assert list(again.action_names) == spec["action_names"]
+    with pytest.raises(ValueError, match="action_set must be one of buttons, combos"):
+        make_env("doom:basic", action_set="all")
+
+
 def test_action_out_of_range(basic):
     basic.reset()
     with pytest.raises(ValueError, match="range\\(3\\)"):

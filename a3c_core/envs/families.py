@@ -68,6 +68,8 @@ class Defaults:
     normalize_advantages: bool = True
     env_process: bool = False              #: each env in a child process (envs that hold the GIL)
     health_reward: float = 0.0             #: Doom: learning reward per point of HEALTH gained
+    kill_reward: float = 0.0               #: Doom: learning reward per kill (KILLCOUNT)
+    action_set: str = "buttons"            #: Doom: one button per action, or their combos
     #: network spec by observation kind
     network: Mapping[str, str] = field(
         default_factory=lambda: _frozen({"image": "doom-lstm", "vector": "mlp-lstm"}))
@@ -155,7 +157,7 @@ DOOM = EnvFamily(
                       truncation_bootstrap=False,
                       network=_frozen({"image": "doom-lstm"}),
                       tuning=_frozen({"doom-lstm": IMAGE_TUNING})),
-    options=("health_reward",),
+    options=("health_reward", "kill_reward", "action_set"),
     # no HUD shows the player's health, so a medkit changes neither the
     # reward nor anything the critic sees until the death it postpones;
     # paying for health points at once is what stopped health_gathering's

@@ -115,6 +115,17 @@ def plan_run(cfg: Config, env, ckpt=None) -> RunPlan:
         raise CheckpointError(
             f"checkpoint {ckpt.path} was trained on env {ckpt.env_spec.get('id')!r}, not "
             f"{env.env_id!r}; resume with --env {ckpt.env_spec.get('id')} or start a new run")
+    if ckpt is not None and "action_names" in ckpt.env_spec \
+            and list(ckpt.env_spec["action_names"]) != list(env.action_names):
+        raise CheckpointError(
+            f"checkpoint {ckpt.path} was trained with {len(ckpt.env_spec['action_names'])} "
+            f"actions ({', '.join(map(str, ckpt.env_spec['action_names'][:6]))}"
+            f"{', ...' if len(ckpt.env_spec['action_names']) > 6 else ''}), this env has "
+            f"{env.n_actions} ({', '.join(map(str, env.action_names[:6]))}"
+            f"{', ...' if env.n_actions > 6 else ''})"
+            + ("; resume with --action-set "
+               + ("buttons" if getattr(env, "action_set", "") == "combos" else "combos")
+               if hasattr(env, "action_set") else ""))
     r = resolve(cfg, env.obs_kind)
     notes = []
     pipeline_spec = dict(env.preprocess_spec)

@@ -19,6 +19,7 @@ from typing import Optional
 
 from a3c_core.core.optim import OPTIMIZERS
 from a3c_core.envs import unknown_id_error
+from a3c_core.envs.doom import ACTION_SETS
 from a3c_core.envs.families import EnvFamily, UnknownEnvId, family_of
 from a3c_core.specs import SPECS, spec_options
 
@@ -91,7 +92,11 @@ _RANGES = {
     "advantage_horizon": (0.0, 1e12),
     "exploration_scale": (0.0, 1000.0),
     "health_reward": (0.0, 1000.0),
+    "kill_reward": (0.0, 10000.0),
 }
+
+#: the Doom adapter's options (fields other families reject)
+DOOM_ONLY = ("health_reward", "kill_reward", "action_set")
 
 #: the exploration bonuses ``exploration`` names (a3c_core.nn.rnd: rnd)
 EXPLORATIONS = ("none", "rnd")
@@ -145,6 +150,8 @@ class Config:
     terminal_on_life_loss: bool = _f(False, "Atari: a lost life ends the episode for learning (scores still count whole games)")
     repeat_action_probability: Optional[float] = _f(None, "Atari: sticky-action probability (default: the id's, 0.25 for -v5, 0 for NoFrameskip-v4)")
     health_reward: Optional[float] = _f(None, "Doom: add this x the step's change in the player's HEALTH to the learning reward (logged scores stay the scenario's own); default: the scenario's, 1 for health_gathering and health_gathering_supreme, else 0 = off")
+    kill_reward: Optional[float] = _f(None, "Doom: add this x the step's change in the player's KILLCOUNT to the learning reward (logged scores stay the scenario's own); default: the scenario's, 0 = off")
+    action_set: Optional[str] = _f(None, "Doom: buttons (one action per button of the scenario's cfg, one pressed at a time: the scenario as shipped) or combos (one action per combination of a turn, a move, a strafe and each other button); default: the scenario's")
     env_process: Optional[bool] = _f(None, "run each env in a child process (default: the family's; on for Atari, whose step holds the GIL)")
     run_dir: str = _f("", "run directory (default runs/<env>[-<spec>]-s<seed>-<YYYYmmdd-HHMMSS>)")
     checkpoint_interval: float = _f(60.0, "seconds between 'latest' checkpoints (0 = only at the end)")
@@ -250,6 +257,8 @@ class Config:
             bad("exploration", f"unknown exploration bonus; choose one of {', '.join(EXPLORATIONS)}")
         if not self.exploration_scale > 0:
             bad("exploration_scale", "must be > 0")
+        if self.action_set is not None and self.action_set not in ACTION_SETS:
+            bad("action_set", f"choose one of {', '.join(ACTION_SETS)}")
         return self
 
     def pinned(self, r: "Resolved") -> "Config":
@@ -263,6 +272,7 @@ class Config:
                     lr_anneal=r.anneal_steps > 0, frame_skip=r.env_args["frame_skip"])
         if self.optimizer == "adam":
             vals["adam_amsgrad"] = r.amsgrad
+        vals.update((k, r.env_args[k]) for k in DOOM_ONLY if k in r.env_args)
         return self.replace(**{k: v for k, v in vals.items() if getattr(self, k) is None})
 
     # -- (de)serialisation ----------------------------------------------------
@@ -291,6 +301,8 @@ class Config:
                 d["obs_norm"] = False
             if d.get("cross_episode") is True:
                 d["min_rollout"] = int(d.get("t_max", 20))
+            if "action_set" not in d and str(d.get("env", "doom:basic")).startswith("doom:"):
+                d["action_set"] = "buttons"     # saved before the switch: one button per action
         kwargs = {}
         for key, v in d.items():
             if key in REMOVED_FIELDS:
@@ -406,9 +418,10 @@ def resolve(cfg: Config, obs_kind: str = "image") -> Resolved:
     picks the network).  ConfigError naming the field when one does not apply."""
     family = cfg.family()
     d = family.defaults_for(cfg.env)
-    if cfg.health_reward is not None and "health_reward" not in family.options:
-        raise ConfigError(f"config field 'health_reward' = {cfg.health_reward!r}: applies to "
-                          f"doom envs only; {cfg.env} is a {family.name} env")
+    for name in DOOM_ONLY:
+        if getattr(cfg, name) is not None and name not in family.options:
+            raise ConfigError(f"config field {name!r} = {getattr(cfg, name)!r}: applies to "
+                              f"doom envs only; {cfg.env} is a {family.name} env")
     if cfg.exploration != "none" and obs_kind != "image":
         raise ConfigError(f"config field 'exploration' = {cfg.exploration!r}: needs image "
                           f"observations; {cfg.env} gives vectors")
