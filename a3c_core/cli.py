@@ -132,12 +132,10 @@ def _run_trainer(trainer, cfg, TrainingError):
     if trainer.plan.resolved.env_args.get("action_set") == "combos":
         line += (f"\nactions: {trainer.plan.n_actions} combinations of the scenario's buttons "
                  f"(--action-set buttons: one button per action)")
-    for name, var in (("health_reward", "HEALTH change"), ("kill_reward", "kill")):
-        value = trainer.plan.resolved.env_args.get(name, 0.0)
-        if value:
-            flag = "--" + name.replace("_", "-")
-            line += (f"\n{name.replace('_', ' ')}: {value:g} x each step's {var} is added to the "
-                     f"learning reward (scores stay the scenario's own; {flag} 0 turns it off)")
+    health = trainer.plan.resolved.env_args.get("health_reward", 0.0)
+    if health:
+        line += (f"\nhealth reward: {health:g} x each step's HEALTH change is added to the learning "
+                 f"reward (scores stay the scenario's own; --health-reward 0 turns it off)")
     from a3c_core.timing import blas_kernel_note
 
     note = blas_kernel_note()      # OpenBLAS held to AVX2 kernels on an AVX-512 CPU

@@ -47,8 +47,8 @@ def test_train_help_renders_and_says_each_default_once():
     for action in train._actions:
         if action.dest in names:
             assert action.help.lower().count("(default") == 1, (action.dest, action.help)
-    entropy = next(a for a in train._actions if a.dest == "entropy_beta")
-    assert entropy.help.endswith(f"(default: {Config().entropy_beta!r})")
+    value_coef = next(a for a in train._actions if a.dest == "value_coef")
+    assert value_coef.help.endswith(f"(default: {Config().value_coef!r})")
     # rendered: every option's block states one default
     blocks = re.split(r"\n  (?=-)", text.split("options:", 1)[1])[1:]
     for block in blocks:

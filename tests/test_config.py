@@ -12,8 +12,9 @@ def test_defaults_are_the_standard_workload():
     c = Config().validate()
     assert c.env == "doom:basic"
     assert (c.t_max, c.gamma, c.gae_lambda) == (20, 0.99, 1.0)
-    assert (c.value_coef, c.entropy_beta, c.max_grad_norm) == (0.5, 0.01, 40.0)
+    assert (c.value_coef, c.max_grad_norm) == (0.5, 40.0)
     r = resolve(c)
+    assert r.entropy_beta == 0.01 and c.entropy_beta is None     # the family's
     assert (r.family, r.spec) == ("doom", "doom-lstm")
     assert c.optimizer == "adam" and r.lr == pytest.approx(1e-4)
     assert _r(optimizer="rmsprop").lr == pytest.approx(7e-4)
@@ -62,6 +63,11 @@ def test_resolve_amsgrad_and_anneal():
     assert _r(env="doom:defend_the_line").anneal_steps == 0
     assert _r(env="doom:defend_the_line").lr == pytest.approx(1e-4)
     assert _r(env="doom:defend_the_line", lr_anneal=True).anneal_steps == 1_000_000
+    # my_way_home's: a tenth of the entropy bonus, and no anneal; flags still win
+    home = _r(env="doom:my_way_home")
+    assert (home.entropy_beta, home.anneal_steps) == (0.001, 0)
+    assert _r(env="doom:my_way_home", entropy_beta=0.01).entropy_beta == 0.01
+    assert _r(env="doom:defend_the_line").entropy_beta == 0.01
     assert _r(env="doom:defend_the_center").anneal_steps == 1_000_000
     assert _r(total_steps=5000, lr_anneal_steps=0).anneal_steps == 5000
     assert _r(optimizer="rmsprop").anneal_steps == 0
@@ -107,13 +113,6 @@ def test_action_set_is_doom_only_and_an_old_saved_run_keeps_its_buttons():
     assert old.action_set == "buttons"
     assert Config.from_dict({"env": "CartPole-v1"}, saved_run=True).action_set is None
     assert Config(env="doom:basic").pinned(_r()).action_set == "buttons"
-
-
-def test_kill_reward_is_off_unless_set_and_doom_only():
-    assert _r().env_args["kill_reward"] == 0.0
-    assert _r(env="doom:deadly_corridor", kill_reward=20.0).env_args["kill_reward"] == 20.0
-    with pytest.raises(ConfigError, match="'kill_reward'.*doom envs only"):
-        _r("vector", env="CartPole-v1", kill_reward=1.0)
 
 
 def test_net_kwargs_honour_or_reject_spec_fields():
@@ -170,8 +169,6 @@ def test_net_kwargs_honour_or_reject_spec_fields():
         ("min_rollout", 2.5),
         ("health_reward", -1.0),
         ("health_reward", float("nan")),
-        ("kill_reward", -1.0),
-        ("kill_reward", float("inf")),
         ("action_set", "all"),
     ],
 )
@@ -228,7 +225,7 @@ def test_shipped_config_files_load():
         Config.from_toml(str(f))
     basic = Config.from_toml(str(root / "doom_basic.toml"))
     assert basic == Config().replace(spec="doom-lstm", frame_skip=4, lr=1e-4, lr_anneal=True,
-                                     obs_norm=True)
+                                     entropy_beta=0.01, obs_norm=True)
     rb, rd = resolve(basic), resolve(Config())
     assert rb.obs_norm == rd.obs_norm is True
     assert rb.merge_below == rd.merge_below

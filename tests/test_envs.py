@@ -220,37 +220,6 @@ def test_doom_health_reward_adds_the_health_change_and_keeps_its_sum(env_process
         make_env("doom:basic", health_reward=float("nan"))
 
 
-def test_doom_kill_reward_adds_each_kill_and_keeps_its_sum():
-    """deadly_corridor, same seed and actions with and without the shaping:
-    the rewards differ by exactly kill_reward x the KILLCOUNT change, and
-    episode_shaping is their sum over the episode (what the trainer subtracts
-    so that logged scores stay the scenario's own)."""
-    actions = np.random.default_rng(1).integers(0, 7, 600).tolist()   # kills one
-    with make_env("doom:deadly_corridor", seed=1) as plain:
-        plain.reset()
-        game = plain._game
-        ra, kills = [], []
-        k0 = game.get_game_variable(vizdoom.GameVariable.KILLCOUNT)
-        for act in actions:
-            _, r, term, trunc = plain.step(act)
-            k1 = game.get_game_variable(vizdoom.GameVariable.KILLCOUNT)
-            ra.append(r)
-            kills.append(k1 - k0)
-            k0 = k1
-            if term or trunc:
-                break
-    with make_env("doom:deadly_corridor", seed=1, kill_reward=50.0) as shaped:
-        b = rollout(shaped, actions)
-        sh = shaped.episode_shaping
-    rb = np.array([r for _, r, _, _ in b[1:]])
-    d = np.array(kills)
-    assert len(rb) == len(ra) and d.sum() >= 1                 # a kill seen
-    np.testing.assert_array_equal(rb - np.array(ra), 50.0 * d)
-    assert sh == 50.0 * d.sum()
-    with pytest.raises(ValueError, match="kill_reward"):
-        make_env("doom:basic", kill_reward="many")
-
-
 def test_button_combos_press_at_most_one_of_each_exclusive_pair():
     from a3c_core.envs.doom import button_combos
 

@@ -92,11 +92,10 @@ _RANGES = {
     "advantage_horizon": (0.0, 1e12),
     "exploration_scale": (0.0, 1000.0),
     "health_reward": (0.0, 1000.0),
-    "kill_reward": (0.0, 10000.0),
 }
 
 #: the Doom adapter's options (fields other families reject)
-DOOM_ONLY = ("health_reward", "kill_reward", "action_set")
+DOOM_ONLY = ("health_reward", "action_set")
 
 #: the exploration bonuses ``exploration`` names (a3c_core.nn.rnd: rnd)
 EXPLORATIONS = ("none", "rnd")
@@ -120,13 +119,13 @@ class Config:
     truncation_bootstrap: Optional[bool] = _f(None, "bootstrap from V(s_T) when a time limit cuts an episode (default: the env family's; off for doom)")
     optimizer: str = _f("adam", "shared optimizer: adam (shared moments), rmsprop (the A3C paper's, shared statistics) or sgd")
     lr: float = _f(0.0, "learning rate, in [0, 1] (0 = the family's default for the optimizer and network; a resumed run keeps its own)")
-    lr_anneal: Optional[bool] = _f(None, "anneal lr linearly to lr x lr_anneal_floor over lr_anneal_steps, then hold (default: the family's; on for doom-lstm, off on doom:defend_the_line)")
+    lr_anneal: Optional[bool] = _f(None, "anneal lr linearly to lr x lr_anneal_floor over lr_anneal_steps, then hold (default: the family's; on for doom-lstm, off on doom:defend_the_line and doom:my_way_home)")
     lr_anneal_steps: int = _f(1_000_000, "agent steps the anneal lasts, whatever the run's budget (0 = total_steps)")
     lr_anneal_floor: float = _f(0.1, "where the anneal ends, as a fraction of lr, in [0, 1]")
     rmsprop_alpha: float = _f(0.99, "RMSProp decay of the shared squared-gradient statistics, in [0, 1)")
     rmsprop_eps: float = _f(0.1, "RMSProp epsilon (inside the square root, as in the A3C paper), > 0")
     adam_amsgrad: Optional[bool] = _f(None, "Adam: AMSGrad (default: the family's; on for the vector specs)")
-    entropy_beta: float = _f(0.01, "entropy bonus coefficient, in [0, 10]")
+    entropy_beta: Optional[float] = _f(None, "entropy bonus coefficient, in [0, 10] (default: the scenario's; 0.01, 0.001 on doom:my_way_home)")
     value_coef: float = _f(0.5, "value-loss coefficient, in [0, 1000]")
     max_grad_norm: float = _f(40.0, "global gradient-norm clip (0 = no clipping)")
     reward_scale: Optional[float] = _f(None, "multiply rewards by this fixed factor (default: divide by the running std of the discounted return)")
@@ -150,7 +149,6 @@ class Config:
     terminal_on_life_loss: bool = _f(False, "Atari: a lost life ends the episode for learning (scores still count whole games)")
     repeat_action_probability: Optional[float] = _f(None, "Atari: sticky-action probability (default: the id's, 0.25 for -v5, 0 for NoFrameskip-v4)")
     health_reward: Optional[float] = _f(None, "Doom: add this x the step's change in the player's HEALTH to the learning reward (logged scores stay the scenario's own); default: the scenario's, 1 for health_gathering and health_gathering_supreme, else 0 = off")
-    kill_reward: Optional[float] = _f(None, "Doom: add this x the step's change in the player's KILLCOUNT to the learning reward (logged scores stay the scenario's own); default: the scenario's, 0 = off")
     action_set: Optional[str] = _f(None, "Doom: buttons (one action per button of the scenario's cfg, one pressed at a time: the scenario as shipped) or combos (one action per combination of a turn, a move, a strafe and each other button); default: the scenario's")
     env_process: Optional[bool] = _f(None, "run each env in a child process (default: the family's; on for Atari, whose step holds the GIL)")
     run_dir: str = _f("", "run directory (default runs/<env>[-<spec>]-s<seed>-<YYYYmmdd-HHMMSS>)")
@@ -268,7 +266,7 @@ class Config:
         version changes a default.  Fields the user set stay as they are."""
         vals = dict(obs_norm=r.obs_norm, reward_clip=r.reward_clip,
                     truncation_bootstrap=r.truncation_bootstrap,
-                    normalize_advantages=r.normalize_advantages,
+                    normalize_advantages=r.normalize_advantages, entropy_beta=r.entropy_beta,
                     lr_anneal=r.anneal_steps > 0, frame_skip=r.env_args["frame_skip"])
         if self.optimizer == "adam":
             vals["adam_amsgrad"] = r.amsgrad
@@ -369,6 +367,7 @@ class Resolved:
     reward_clip: float
     truncation_bootstrap: bool
     normalize_advantages: bool
+    entropy_beta: float
     lr: float
     amsgrad: bool
     anneal_steps: int               #: 0: no anneal
@@ -443,6 +442,7 @@ def resolve(cfg: Config, obs_kind: str = "image") -> Resolved:
         reward_clip=float(pick(cfg.reward_clip, d.reward_clip)),
         truncation_bootstrap=bool(pick(cfg.truncation_bootstrap, d.truncation_bootstrap)),
         normalize_advantages=bool(pick(cfg.normalize_advantages, d.normalize_advantages)),
+        entropy_beta=float(pick(cfg.entropy_beta, d.entropy_beta)),
         lr=float(lr), amsgrad=bool(pick(cfg.adam_amsgrad, tuning.amsgrad)),
         anneal_steps=(cfg.lr_anneal_steps or cfg.total_steps) if anneals else 0,
         min_rollout=min_rollout, merge_below=merge_below,
