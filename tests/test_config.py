@@ -63,9 +63,9 @@ def test_resolve_amsgrad_and_anneal():
     assert _r(env="doom:defend_the_line").anneal_steps == 0
     assert _r(env="doom:defend_the_line").lr == pytest.approx(1e-4)
     assert _r(env="doom:defend_the_line", lr_anneal=True).anneal_steps == 1_000_000
-    # my_way_home's: a tenth of the entropy bonus, and no anneal; flags still win
+    # my_way_home's: a tenth of the entropy bonus (and the anneal); flags still win
     home = _r(env="doom:my_way_home")
-    assert (home.entropy_beta, home.anneal_steps) == (0.001, 0)
+    assert (home.entropy_beta, home.anneal_steps) == (0.001, 1_000_000)
     assert _r(env="doom:my_way_home", entropy_beta=0.01).entropy_beta == 0.01
     assert _r(env="doom:defend_the_line").entropy_beta == 0.01
     assert _r(env="doom:defend_the_center").anneal_steps == 1_000_000
@@ -100,19 +100,6 @@ def test_health_reward_is_the_health_scenarios_default_and_doom_only():
     assert _r(env="doom:defend_the_line", health_reward=0.5).env_args["health_reward"] == 0.5
     with pytest.raises(ConfigError, match="'health_reward'.*doom envs only"):
         _r("vector", env="CartPole-v1", health_reward=1.0)
-
-
-def test_action_set_is_doom_only_and_an_old_saved_run_keeps_its_buttons():
-    assert _r().env_args["action_set"] == "buttons"
-    assert _r(env="doom:my_way_home", action_set="combos").env_args["action_set"] == "combos"
-    with pytest.raises(ConfigError, match="'action_set'.*doom envs only"):
-        _r("vector", env="CartPole-v1", action_set="combos")
-    # a run saved before the switch trained one button per action, whatever
-    # a scenario's default has become since
-    old = Config.from_dict({"env": "doom:my_way_home"}, saved_run=True)
-    assert old.action_set == "buttons"
-    assert Config.from_dict({"env": "CartPole-v1"}, saved_run=True).action_set is None
-    assert Config(env="doom:basic").pinned(_r()).action_set == "buttons"
 
 
 def test_net_kwargs_honour_or_reject_spec_fields():
@@ -169,7 +156,6 @@ def test_net_kwargs_honour_or_reject_spec_fields():
         ("min_rollout", 2.5),
         ("health_reward", -1.0),
         ("health_reward", float("nan")),
-        ("action_set", "all"),
     ],
 )
 def test_bad_values_name_the_field(field, value):

@@ -69,7 +69,6 @@ class Defaults:
     env_process: bool = False              #: each env in a child process (envs that hold the GIL)
     entropy_beta: float = 0.01             #: the entropy bonus's coefficient
     health_reward: float = 0.0             #: Doom: learning reward per point of HEALTH gained
-    action_set: str = "buttons"            #: Doom: one button per action, or their combos
     #: network spec by observation kind
     network: Mapping[str, str] = field(
         default_factory=lambda: _frozen({"image": "doom-lstm", "vector": "mlp-lstm"}))
@@ -159,7 +158,7 @@ DOOM = EnvFamily(
                       truncation_bootstrap=False,
                       network=_frozen({"image": "doom-lstm"}),
                       tuning=_frozen({"doom-lstm": IMAGE_TUNING})),
-    options=("health_reward", "action_set"),
+    options=("health_reward",),
     # no HUD shows the player's health, so a medkit changes neither the
     # reward nor anything the critic sees until the death it postpones;
     # paying for health points at once is what stopped health_gathering's
@@ -174,7 +173,7 @@ DOOM = EnvFamily(
     scenarios=_frozen({"health_gathering": _frozen({"health_reward": 1.0}),
                        "health_gathering_supreme": _frozen({"health_reward": 1.0}),
                        "defend_the_line": _frozen({"tuning": _NO_ANNEAL}),
-                       "my_way_home": _frozen({"entropy_beta": 0.001, "tuning": _NO_ANNEAL})}),
+                       "my_way_home": _frozen({"entropy_beta": 0.001})}),
 )
 
 ATARI = EnvFamily(

@@ -122,10 +122,7 @@ def plan_run(cfg: Config, env, ckpt=None) -> RunPlan:
             f"actions ({', '.join(map(str, ckpt.env_spec['action_names'][:6]))}"
             f"{', ...' if len(ckpt.env_spec['action_names']) > 6 else ''}), this env has "
             f"{env.n_actions} ({', '.join(map(str, env.action_names[:6]))}"
-            f"{', ...' if env.n_actions > 6 else ''})"
-            + ("; resume with --action-set "
-               + ("buttons" if getattr(env, "action_set", "") == "combos" else "combos")
-               if hasattr(env, "action_set") else ""))
+            f"{', ...' if env.n_actions > 6 else ''}); start a new run for these actions")
     r = resolve(cfg, env.obs_kind)
     notes = []
     pipeline_spec = dict(env.preprocess_spec)
