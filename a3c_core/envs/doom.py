@@ -141,17 +141,6 @@ def resolve_scenario(name_or_path):
     )
 
 
-def _finite(name, value) -> float:
-    """``value`` as a float; ValueError naming ``name`` unless it is a finite number."""
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    return value
-
-
 def _check_wad_paths(game, env_id, cfg_path):
     """FileNotFoundError naming the .wad when the cfg's ``doom_scenario_path``
     (resolved by ViZDoom relative to the cfg) does not exist; the engine
@@ -271,7 +260,13 @@ class DoomEnv(Env):
     def __init__(self, scenario="basic", *, seed=0, frame_skip=None, runtime_dir=None,
                  render=False, episode_timeout=None, game_args=None, health_reward=0.0):
         vzd = import_vizdoom()
-        self.health_reward = _finite("health_reward", health_reward)
+        try:
+            health_reward = float(health_reward)
+        except (TypeError, ValueError):
+            raise ValueError(f"health_reward must be a number, got {health_reward!r}") from None
+        if not math.isfinite(health_reward):
+            raise ValueError(f"health_reward must be finite, got {health_reward!r}")
+        self.health_reward = health_reward
         self.episode_shaping = 0.0
         self._health = 0.0
         self._health_var = vzd.GameVariable.HEALTH
@@ -364,8 +359,8 @@ class DoomEnv(Env):
         self.episode_over = False
         game.new_episode()
         self._last_obs = self._observe(game.get_state())
-        self.episode_shaping = 0.0
         if self.health_reward:
+            self.episode_shaping = 0.0
             self._health = game.get_game_variable(self._health_var)
         return self._last_obs
 

@@ -168,8 +168,8 @@ DOOM = EnvFamily(
     # at 10 minutes rose on each of 3 seeds (docs/results.md#scenario-table)
     # my_way_home's goal shows in ~15 % of random episodes and hardly depends
     # on any one action: at entropy_beta 0.01 the entropy bonus held the
-    # policy within 0.01 of uniform for 2.8M steps; at 0.001 it moves
-    # (docs/results.md#my_way_home-the-entropy-bonus-held-the-policy-uniform)
+    # policy at uniform (within 0.02 nats) for up to 2.8M steps; at 0.001 it
+    # moves (docs/results.md#my_way_home-the-entropy-bonus-held-the-policy-at-uniform)
     scenarios=_frozen({"health_gathering": _frozen({"health_reward": 1.0}),
                        "health_gathering_supreme": _frozen({"health_reward": 1.0}),
                        "defend_the_line": _frozen({"tuning": _NO_ANNEAL}),
