@@ -196,8 +196,12 @@ def run_summary(run_dir, seed, marks, command, wall):
     """One seed's figures from its run dir (episodes.csv and summary.json)."""
     summary = json.load(open(os.path.join(run_dir, "summary.json")))
     t, ret = read_episodes(run_dir)
+    with open(os.path.join(run_dir, "episodes.csv"), newline="") as fh:
+        steps = np.array([int(r["step"]) for r in csv.DictReader(fh)])
+    # the agent steps by the last mark (a longer run read at 10 minutes counts to there)
+    k = int(np.searchsorted(t, max(marks) * 60, side="right"))
     return {"seed": seed, "run_dir": run_dir, "command": command, "wall_s": wall,
-            "steps": summary["steps"], "episodes": summary["episodes"],
+            "steps": int(steps[k - 1]) if k else 0, "episodes": k,
             "final_avg100": summary.get("moving_avg"), "final_long": summary.get("long_avg"),
             "avg_at": {f"{m:g}": avg_at(t, ret, m * 60) for m in marks}}
 

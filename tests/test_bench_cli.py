@@ -417,6 +417,10 @@ def test_scenario_table_reads_runs_at_marks_and_counts_runs_below_random(tmp_pat
         runs.append(sc.run_summary(str(d), seed, [5, 10], "a3c train ...", None))
     assert runs[0]["avg_at"] == {"5": 2.0, "10": 3.0}     # by 300 s: 50 x 1 and 50 x 3
     assert runs[1]["avg_at"] == {"5": 1.0, "10": 1.0}
+    # steps and episodes count to the last mark: a longer run read at 5 minutes
+    assert (runs[0]["steps"], runs[0]["episodes"]) == (2000, 200)
+    early = sc.run_summary(str(tmp_path / "health_gathering-s0"), 0, [5], "a3c train ...", None)
+    assert (early["steps"], early["episodes"]) == (1000, 100)
     assert sc.avg_at(np.array([5.0]), np.array([1.0]), 4.0) is None
     table = sc.markdown([{"scenario": "health_gathering", "random_avg": 2.5, "marks": [5, 10],
                           "runs": runs}])
