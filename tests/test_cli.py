@@ -277,6 +277,7 @@ def test_plot_errors(tmp_path):
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.slow    # compiles every mlp kernel in a fresh cache (~8 s)
 def test_compile_check_in_a_fresh_cache(tmp_path):
     env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache")}
     out = a3c("compile", "--check", "--spec", "mlp", env=env)

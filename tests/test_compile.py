@@ -132,6 +132,7 @@ def test_nothing_writable_compiles_in_memory(tmp_path):
     assert not (tmp_path / "xdg").exists() and not (tmp_path / "none").exists()
 
 
+@pytest.mark.slow    # compiles every mlp kernel in a fresh cache (~8 s)
 def test_a3c_compile_fills_the_install_cache(tmp_path):
     """Without NUMBA_CACHE_DIR, a3c compile creates the install cache (under sys.prefix)
     and fills it; a3c compile --check then finds everything there."""

@@ -1,11 +1,12 @@
-"""One worker with a fixed seed plays the same episodes, and ends with the same
-parameters, as the tree before the run-assembly redesign (f1741f7)."""
+"""One worker with a fixed seed plays the same episodes as the tree before the
+run-assembly redesign (f1741f7), and ends with the same parameters up to the
+last bits that differ between CPUs (``episode_log.PARAMS_RTOL``)."""
 import json
 import os
 
 import pytest
 
-from episode_log import episode_log
+from episode_log import episode_log, same_params
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 
@@ -21,4 +22,4 @@ def test_one_worker_plays_the_stored_episodes(name):
     got = episode_log(want["env"], want["steps"], want["seed"])
     assert len(got["episodes"]) == len(want["episodes"])
     assert got["episodes"] == want["episodes"]
-    assert got["params_sha256"] == want["params_sha256"]
+    assert same_params(got, want), (got["params_norm"], want["params_norm"])

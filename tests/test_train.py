@@ -108,12 +108,14 @@ def test_one_worker_fixed_seed_is_deterministic(tmp_path):
     params = []
     for k in range(2):
         cfg = Config(env="doom:basic", workers=1, total_steps=300, seed=7, quiet=True,
-                     tensorboard=False, checkpoint_interval=0, run_dir=str(tmp_path / f"r{k}"))
+                     tensorboard=False, checkpoint_interval=0, obs_norm_frames=100,
+                     run_dir=str(tmp_path / f"r{k}"))
         res = Trainer(cfg).run()
         params.append(load_checkpoint(res.run_dir).params)
     np.testing.assert_array_equal(params[0], params[1])
     cfg = Config(env="doom:basic", workers=1, total_steps=300, seed=8, quiet=True,
-                 tensorboard=False, checkpoint_interval=0, run_dir=str(tmp_path / "r2"))
+                 tensorboard=False, checkpoint_interval=0, obs_norm_frames=100,
+                 run_dir=str(tmp_path / "r2"))
     other = load_checkpoint(Trainer(cfg).run().run_dir).params
     assert not np.array_equal(params[0], other)
 
@@ -308,7 +310,7 @@ def test_trainer_builds_the_documented_adam_defaults(tmp_path, extra, want):
     its first 1M steps to a tenth, whatever the budget; explicit values and
     other specs do not."""
     kw = dict(env="doom:basic", workers=1, total_steps=50_000, quiet=True, tensorboard=False,
-              checkpoint_interval=0, run_dir=str(tmp_path / "run"))
+              checkpoint_interval=0, obs_norm_frames=100, run_dir=str(tmp_path / "run"))
     kw.update(extra)
     trainer = Trainer(Config(**kw))
     try:
