@@ -105,12 +105,14 @@ def test_advantage_normalizer_uses_the_rms():
 def test_cartpole_learns_the_same_whatever_the_reward_unit(tmp_path):
     """Rewards x1, x100 and x0.01 under the same defaults (1 worker, fixed seed):
     the normalized learning signal is unit-free, so the runs play the same
-    episodes, and they learn (random play averages ~22 steps).  x100 plays the
-    very same episodes throughout.  x0.01 plays the same first 100: the
-    normalizer's eps (1e-8, added to a return variance 1e4 times smaller) moves
-    its scale by ~1e-6 relative, and training amplifies that last-bit
-    difference until the trajectories part (at episode ~320 here with AMSGrad
-    at 3e-4), so beyond that it is only required to learn as well.  A fixed
+    episodes, and they learn (random play averages ~22 steps).  Each scaled
+    run plays the same first 100 episodes; beyond that it is only required to
+    learn as well, since training amplifies last-bit differences until the
+    trajectories part.  x0.01 parts at episode ~320 (with AMSGrad at 3e-4):
+    the normalizer's eps (1e-8, added to a return variance 1e4 times smaller)
+    moves its scale by ~1e-6 relative.  x100 (not a power of two, so its
+    statistics round differently) played all ~500 the same on a Xeon VM and
+    parted at episode 414 on an AMD EPYC VM.  A fixed
     reward scale fitted to one unit does not survive x100 (measured: 9.5 steps,
     worse than random, with reward_scale 0.1 on the x100 env)."""
     pytest.importorskip("gymnasium")
@@ -127,10 +129,10 @@ def test_cartpole_learns_the_same_whatever_the_reward_unit(tmp_path):
             lengths[env] = [int(line.rsplit(",", 1)[1]) for line in fh.read().splitlines()[1:]]
     base = lengths["CartPole-v1"]
     assert np.mean(base[-100:]) >= 66, np.mean(base[-100:])
-    assert lengths["scaled_envs:ScaledCartPole100-v0"] == base
-    small = lengths["scaled_envs:ScaledCartPole001-v0"]
-    assert small[:100] == base[:100]
-    assert np.mean(small[-100:]) >= 66, np.mean(small[-100:])
+    for scaled in ("scaled_envs:ScaledCartPole100-v0", "scaled_envs:ScaledCartPole001-v0"):
+        got = lengths[scaled]
+        assert got[:100] == base[:100], scaled
+        assert np.mean(got[-100:]) >= 66, (scaled, np.mean(got[-100:]))
 
 
 @pytest.mark.slow

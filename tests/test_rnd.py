@@ -423,7 +423,7 @@ def _train(run, *extra):
            "--log-interval", "0.5", *extra]
     if "--resume" not in extra:
         cmd += ["--env", "doom:my_way_home", "--exploration", "rnd", "--total-steps", "1500",
-                "--run-dir", run]
+                "--obs-norm-frames", "100", "--run-dir", run]
     return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=60,
                           cwd=os.path.dirname(run))
 
@@ -469,8 +469,8 @@ def test_a_checkpoint_without_rnd_resumes_with_a_new_predictor(tmp_path):
 
     run = str(tmp_path / "run")
     cmd = [sys.executable, "-m", "a3c_core", "train", "--env", "doom:my_way_home", "--workers",
-           "1", "--total-steps", "200", "--run-dir", run, "--no-tensorboard", "--quiet",
-           "--no-worker-processes"]
+           "1", "--total-steps", "200", "--obs-norm-frames", "100", "--run-dir", run,
+           "--no-tensorboard", "--quiet", "--no-worker-processes"]
     subprocess.run(cmd, check=True, capture_output=True, timeout=60, cwd=str(tmp_path))
     cfg = Config.from_toml(os.path.join(run, "config.toml"), saved_run=True)
     with Trainer(cfg.replace(run_dir=run, exploration="rnd", quiet=True), resume=run) as t:
