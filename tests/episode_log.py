@@ -4,7 +4,7 @@ Runs ``a3c train`` through its command line (the one interface every version
 of the package keeps) with one worker thread, seed 0 and a small step budget,
 and prints (or writes) a JSON log: every episode's step, return and length,
 and a summary of the final flat parameters (their norm and 16 projections on
-fixed random unit directions).  One worker with a fixed seed is
+fixed random directions).  One worker with a fixed seed is
 deterministic on one machine, so two trees that train identically give
 identical episodes and parameters there.  Across CPUs the parameters are not
 bit-identical (Numba's and OpenBLAS's vector code differ per CPU), so the
@@ -37,11 +37,12 @@ PARAMS_RTOL = 1e-5
 
 
 def params_summary(params: np.ndarray) -> dict:
-    """The norm and 16 projections (on seeded random unit-norm directions)
-    of the flat parameters, in float64."""
+    """The norm and 16 projections of the flat parameters, in float64, on
+    seeded standard normal directions (not unit vectors: each projection is
+    of the norm's size, so a turn of the parameters weighs as much as a
+    change of their length)."""
     p = np.asarray(params, dtype=np.float64)
     dirs = np.random.default_rng(0).standard_normal((16, p.size))
-    dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
     return {"params_norm": float(np.linalg.norm(p)), "params_proj": (dirs @ p).tolist()}
 
 
