@@ -63,10 +63,18 @@ def test_resolve_amsgrad_and_anneal():
     assert _r(env="doom:defend_the_line").anneal_steps == 0
     assert _r(env="doom:defend_the_line").lr == pytest.approx(1e-4)
     assert _r(env="doom:defend_the_line", lr_anneal=True).anneal_steps == 1_000_000
-    # my_way_home's: a tenth of the entropy bonus (and the anneal); flags still win
+    # my_way_home's: the ICM paper's A3C (atari-lstm on 42x42 frames, Adam 1e-4
+    # without the anneal, raw rewards and advantages, entropy 0.01); flags still win
     home = _r(env="doom:my_way_home")
-    assert (home.entropy_beta, home.anneal_steps) == (0.001, 1_000_000)
-    assert _r(env="doom:my_way_home", entropy_beta=0.01).entropy_beta == 0.01
+    assert (home.spec, home.frame_size, home.lr, home.anneal_steps) == ("atari-lstm", 42, 1e-4, 0)
+    assert (home.reward_scale, home.normalize_advantages, home.entropy_beta) == (1.0, False, 0.01)
+    flagged = _r(env="doom:my_way_home", spec="doom-lstm", frame_size=84, reward_scale=0.0,
+                 normalize_advantages=True, lr_anneal=True)
+    assert (flagged.spec, flagged.frame_size, flagged.normalize_advantages) == ("doom-lstm", 84, True)
+    assert flagged.reward_scale is None     # 0: divided by the running std of the return
+    assert flagged.anneal_steps == 1_000_000
+    assert _r(env="doom:my_way_home", reward_scale=0.5).reward_scale == 0.5
+    assert (r0 := _r()).reward_scale is None and r0.frame_size is None     # basic: normalized, 84
     assert _r(env="doom:defend_the_line").entropy_beta == 0.01
     assert _r(env="doom:defend_the_center").anneal_steps == 1_000_000
     assert _r(total_steps=5000, lr_anneal_steps=0).anneal_steps == 5000
@@ -128,7 +136,7 @@ def test_net_kwargs_honour_or_reject_spec_fields():
         ("hidden", "64,0"),
         ("frame_size", 4),
         ("frame_size", 100000),
-        ("reward_scale", 0.0),
+        ("reward_scale", -1.0),
         ("t_max", 2.5),
         ("t_max", 100_000_000),
         ("quiet", "yes"),

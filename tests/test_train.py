@@ -417,6 +417,47 @@ def test_a_resumed_run_keeps_the_defaults_it_trained_with(tmp_path, monkeypatch)
         trainer.close()
 
 
+def test_a_resumed_image_run_keeps_its_network_frames_and_reward_scale(tmp_path, monkeypatch):
+    """A scenario whose defaults change network, frame size and reward
+    treatment (as doom:my_way_home's did) does not change a run that trained
+    with the old ones: config.toml pins the reward scale and frame size, and
+    a run saved before it did keeps the checkpoint's network, frames and
+    normalized rewards, and says so; flags still win."""
+    import dataclasses
+
+    from a3c_core.envs import families
+
+    run = str(tmp_path / "run")
+    assert main(["train", "--env", "doom:basic", "--workers", "1", "--quiet", "--no-tensorboard",
+                 "--total-steps", "60", "--obs-norm-frames", "50", "--seed", "1",
+                 "--run-dir", run]) == 0
+    saved = Config.from_toml(os.path.join(run, "config.toml"), saved_run=True)
+    assert (saved.spec, saved.reward_scale, saved.frame_size) == ("auto", 0.0, None)
+    # a newer version: basic plays my_way_home's recipe
+    doom = dataclasses.replace(families.DOOM, scenarios={"basic": families._MY_WAY_HOME})
+    monkeypatch.setattr(families, "FAMILIES",
+                        [doom if f is families.DOOM else f for f in families.FAMILIES])
+    fresh = Trainer(Config(env="doom:basic", workers=1, quiet=True, tensorboard=False,
+                           obs_norm_frames=50, run_dir=str(tmp_path / "fresh")))
+    try:     # a new run: the new defaults
+        assert (fresh.spec_name, fresh.pipeline_spec["out_shape"]) == ("atari-lstm", [42, 42])
+        assert fresh.normalizer is None
+    finally:
+        fresh.close()
+    old = saved.replace(run_dir=run, total_steps=100, reward_scale=None)  # saved before the pins
+    for cfg, noted in ((saved.replace(run_dir=run, total_steps=100), False), (old, True)):
+        trainer = Trainer(cfg, resume=run)
+        try:
+            assert (trainer.spec_name, trainer.pipeline_spec["out_shape"]) == ("doom-lstm", [84, 84])
+            assert trainer.normalizer is not None                  # rewards still normalized
+            assert ("reward_scale normalized as trained" in trainer.resume_note) == noted
+            assert "spec doom-lstm as trained" in trainer.resume_note
+        finally:
+            trainer.close()
+    with pytest.raises(Exception, match="layout|spec|network"):     # a flag wins: another network
+        Trainer(old.replace(spec="atari-lstm"), resume=run).close()
+
+
 def test_checkpoint_counts_only_episodes_whose_rows_are_on_disk(tmp_path):
     """A checkpoint's episode counter never runs ahead of episodes.csv on disk:
     save() reads the counters under the store's episode lock (an episode is

@@ -100,11 +100,34 @@ def _settings(cfg: Config, r: Resolved) -> RolloutSettings:
     return RolloutSettings(
         t_max=cfg.t_max, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda, value_coef=cfg.value_coef,
         entropy_beta=r.entropy_beta, max_grad_norm=cfg.max_grad_norm,
-        reward_scale=cfg.reward_scale, reward_clip=r.reward_clip,
+        reward_scale=r.reward_scale, reward_clip=r.reward_clip,
         bootstrap_truncated=r.truncation_bootstrap,
         normalize_advantages=r.normalize_advantages,
         min_steps=r.min_rollout, merge_below=r.merge_below,
         exploration=cfg.exploration, exploration_scale=cfg.exploration_scale)
+
+
+def _as_trained(cfg: Config, r: Resolved, ckpt, env_size, notes: list) -> Resolved:
+    """``r`` with the network, frame size (``env_size``: the env's own) and
+    reward treatment ``ckpt``'s run trained with, where ``cfg`` leaves them
+    to the defaults: a run saved before its config.toml pinned them, when a
+    newer version has changed the scenario's defaults since."""
+    kept = {}
+    name = (ckpt.meta.get("network") or {}).get("name")
+    if cfg.spec == "auto" and isinstance(name, str) and name != r.spec:
+        kept["spec"] = name
+    shape = (ckpt.preprocess_spec or {}).get("out_shape")
+    if cfg.frame_size is None and isinstance(shape, (list, tuple)) and len(shape) == 2 \
+            and shape[0] == shape[1] and isinstance(shape[0], int) \
+            and [shape[0]] * 2 != ([r.frame_size] * 2 if r.frame_size else list(env_size or ())):
+        kept["frame_size"] = shape[0]
+    if cfg.reward_scale is None and r.reward_scale is not None \
+            and isinstance(ckpt.meta.get("reward_normalizer"), dict):
+        kept["reward_scale"] = None
+    if kept:
+        notes.append(", ".join(f"{k} {'normalized' if v is None else v} as trained"
+                               for k, v in kept.items()))
+    return dataclasses.replace(r, **kept)
 
 
 def plan_run(cfg: Config, env, ckpt=None) -> RunPlan:
@@ -125,10 +148,12 @@ def plan_run(cfg: Config, env, ckpt=None) -> RunPlan:
             f"{', ...' if env.n_actions > 6 else ''}); start a new run for these actions")
     r = resolve(cfg, env.obs_kind)
     notes = []
+    if ckpt is not None:
+        r = _as_trained(cfg, r, ckpt, env.preprocess_spec.get("out_shape"), notes)
     pipeline_spec = dict(env.preprocess_spec)
     image = pipeline_spec.get("kind") == "image"
-    if image and cfg.frame_size is not None:
-        pipeline_spec["out_shape"] = [cfg.frame_size, cfg.frame_size]
+    if image and r.frame_size is not None:
+        pipeline_spec["out_shape"] = [r.frame_size, r.frame_size]
     pipe = ObsPipeline(pipeline_spec, env.obs_shape)
     norm_seconds = None
     if image:
@@ -227,7 +252,8 @@ def build_parts(plan: RunPlan, restore: dict | None = None) -> RunParts:
         opt.load_state_dict(restore["optimizer"])
     parts = RunParts(
         plan=plan, shared=SharedState(net.params, opt),
-        normalizer=None if cfg.reward_scale is not None else ReturnNormalizer(cfg.gamma),
+        normalizer=(None if plan.resolved.reward_scale is not None
+                    else ReturnNormalizer(cfg.gamma)),
         adv_normalizer=(AdvantageNormalizer(horizon=cfg.advantage_horizon or None)
                         if plan.resolved.normalize_advantages else None))
     if cfg.exploration == "rnd":

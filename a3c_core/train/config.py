@@ -105,7 +105,7 @@ class Config:
     """A3C training configuration (defaults: the standard doom:basic workload)."""
 
     env: str = _f("doom:basic", "environment id: doom:<scenario>, doom:<path.cfg>, an Atari id (ALE/Pong-v5, PongNoFrameskip-v4), gym:<id> or a gymnasium id")
-    spec: str = _f("auto", "network spec, or auto: the env family's (doom-lstm for images, atari-lstm for Atari, mlp-lstm for vectors)")
+    spec: str = _f("auto", "network spec, or auto: the env family's (doom-lstm for images, atari-lstm for Atari and doom:my_way_home, mlp-lstm for vectors)")
     hidden: Optional[str] = _f(None, "hidden layer sizes of the mlp/mlp-lstm encoder, comma separated (default 64,64)")
     lstm_size: Optional[int] = _f(None, "LSTM size (default: the spec's, 256 for the image specs, 64 for mlp-lstm)")
     workers: int = _f(0, "number of workers, 0-256 (0 = one per CPU core)")
@@ -124,11 +124,11 @@ class Config:
     rmsprop_alpha: float = _f(0.99, "RMSProp decay of the shared squared-gradient statistics, in [0, 1)")
     rmsprop_eps: float = _f(0.1, "RMSProp epsilon (inside the square root, as in the A3C paper), > 0")
     adam_amsgrad: Optional[bool] = _f(None, "Adam: AMSGrad (default: the family's; on for the vector specs)")
-    entropy_beta: Optional[float] = _f(None, "entropy bonus coefficient, in [0, 10] (default: the scenario's; 0.01, 0.001 on doom:my_way_home)")
+    entropy_beta: Optional[float] = _f(None, "entropy bonus coefficient, in [0, 10] (default: the family's, 0.01)")
     value_coef: float = _f(0.5, "value-loss coefficient, in [0, 1000]")
     max_grad_norm: float = _f(40.0, "global gradient-norm clip (0 = no clipping)")
-    reward_scale: Optional[float] = _f(None, "multiply rewards by this fixed factor (default: divide by the running std of the discounted return)")
-    normalize_advantages: Optional[bool] = _f(None, "divide advantages by their running RMS (default: the family's; off for Atari)")
+    reward_scale: Optional[float] = _f(None, "multiply rewards by this fixed factor; 0 = divide them by the running std of the discounted return (default: 0; 1 on doom:my_way_home)")
+    normalize_advantages: Optional[bool] = _f(None, "divide advantages by their running RMS (default: the family's; off for Atari and doom:my_way_home)")
     advantage_horizon: float = _f(20_000.0, "samples the advantages' running RMS averages over (0 = the whole run)")
     min_rollout: int = _f(0, "a rollout ending with its episode before this many steps runs on into the next (t_max = every rollout t_max steps)")
     merge_below: float = _f(8.0, "with min_rollout 0: a worker whose episodes average fewer steps than this runs rollouts across episodes (0 = off)")
@@ -143,7 +143,7 @@ class Config:
     reward_window: int = _f(100, "episodes in the short moving average of raw rewards; the long one spans 10x as many")
     seed: int = _f(0, "random seed: worker i's env and sampling are seeded from (seed, i, resume count)")
     frame_skip: Optional[int] = _f(None, "frames per action, 1-64 (default: the family's; 4 for doom and Atari, 1 otherwise)")
-    frame_size: Optional[int] = _f(None, "resize image observations to frame_size x frame_size (default: the network's input)")
+    frame_size: Optional[int] = _f(None, "resize image observations to frame_size x frame_size (default: the env's; 84 for doom, 42 for Atari and doom:my_way_home)")
     noop_max: int = _f(30, "Atari: up to this many no-op actions at the start of an episode (0 = off)")
     terminal_on_life_loss: bool = _f(False, "Atari: a lost life ends the episode for learning (scores still count whole games)")
     repeat_action_probability: Optional[float] = _f(None, "Atari: sticky-action probability (default: the id's, 0.25 for -v5, 0 for NoFrameskip-v4)")
@@ -247,8 +247,6 @@ class Config:
         if self.lr_anneal and self.lr_anneal_steps == 0 and self.total_steps == 0:
             bad("lr_anneal", "with lr_anneal_steps 0 anneals over total_steps, which is 0 "
                 "(no limit): set --lr-anneal-steps or --total-steps")
-        if self.reward_scale is not None and not self.reward_scale > 0:
-            bad("reward_scale", "must be > 0")
         if self.exploration not in EXPLORATIONS:
             bad("exploration", f"unknown exploration bonus; choose one of {', '.join(EXPLORATIONS)}")
         if not self.exploration_scale > 0:
@@ -259,15 +257,18 @@ class Config:
         """This config with the family defaults it left unset written out from
         ``r`` (:func:`resolve` of it): what a run saves as its config.toml, so
         that ``--resume`` keeps the settings the run trained with when a newer
-        version changes a default.  Fields the user set stay as they are."""
+        version changes a default.  Fields the user set stay as they are; the
+        network (``spec`` auto) is the checkpoint's on resume."""
         vals = dict(obs_norm=r.obs_norm, reward_clip=r.reward_clip,
                     truncation_bootstrap=r.truncation_bootstrap,
                     normalize_advantages=r.normalize_advantages, entropy_beta=r.entropy_beta,
-                    lr_anneal=r.anneal_steps > 0, frame_skip=r.env_args["frame_skip"])
+                    lr_anneal=r.anneal_steps > 0, frame_skip=r.env_args["frame_skip"],
+                    reward_scale=r.reward_scale or 0.0, frame_size=r.frame_size)
         if self.optimizer == "adam":
             vals["adam_amsgrad"] = r.amsgrad
         vals.update((k, r.env_args[k]) for k in DOOM_ONLY if k in r.env_args)
-        return self.replace(**{k: v for k, v in vals.items() if getattr(self, k) is None})
+        return self.replace(**{k: v for k, v in vals.items()
+                               if getattr(self, k) is None and v is not None})
 
     # -- (de)serialisation ----------------------------------------------------
     def to_dict(self) -> dict:
@@ -359,6 +360,8 @@ class Resolved:
     env_args: dict                  #: make_env's frame_skip, env_process and adapter options
     obs_norm: bool
     reward_clip: float
+    reward_scale: Optional[float]   #: None: rewards divided by the running std of the return
+    frame_size: Optional[int]       #: None: the env's own image size
     truncation_bootstrap: bool
     normalize_advantages: bool
     entropy_beta: float
@@ -434,6 +437,8 @@ def resolve(cfg: Config, obs_kind: str = "image") -> Resolved:
         family=family.name, spec=spec, env_args=env_args(cfg),
         obs_norm=bool(pick(cfg.obs_norm, d.obs_norm)),
         reward_clip=float(pick(cfg.reward_clip, d.reward_clip)),
+        reward_scale=pick(cfg.reward_scale, d.reward_scale) or None,     # 0: normalized
+        frame_size=pick(cfg.frame_size, d.frame_size),
         truncation_bootstrap=bool(pick(cfg.truncation_bootstrap, d.truncation_bootstrap)),
         normalize_advantages=bool(pick(cfg.normalize_advantages, d.normalize_advantages)),
         entropy_beta=float(pick(cfg.entropy_beta, d.entropy_beta)),
