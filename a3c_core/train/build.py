@@ -116,10 +116,10 @@ def _as_trained(cfg: Config, r: Resolved, ckpt, env_size, notes: list) -> Resolv
     name = (ckpt.meta.get("network") or {}).get("name")
     if cfg.spec == "auto" and isinstance(name, str) and name != r.spec:
         kept["spec"] = name
-    shape = (ckpt.preprocess_spec or {}).get("out_shape")
-    if cfg.frame_size is None and isinstance(shape, (list, tuple)) and len(shape) == 2 \
-            and shape[0] == shape[1] and isinstance(shape[0], int) \
-            and [shape[0]] * 2 != ([r.frame_size] * 2 if r.frame_size else list(env_size or ())):
+    shape = list((ckpt.preprocess_spec or {}).get("out_shape") or ())
+    now = [r.frame_size] * 2 if r.frame_size else list(env_size or ())
+    square = len(shape) == 2 and shape[0] == shape[1] and isinstance(shape[0], int)
+    if cfg.frame_size is None and square and shape != now:
         kept["frame_size"] = shape[0]
     if cfg.reward_scale is None and r.reward_scale is not None \
             and isinstance(ckpt.meta.get("reward_normalizer"), dict):
