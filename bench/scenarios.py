@@ -15,7 +15,7 @@ the avg100 at each ``--marks`` minute (the last 100 episodes finished by
 then) as the median and range over the seeds; the runs whose final avg100
 is below random play (collapses); the exact commands; one grid of learning
 curves (``curves.png``).  ``results.json`` and ``results.md`` (the table for
-docs/results.md) go to ``--out``; a scenario run again replaces its entry
+docs/scenarios.md) go to ``--out``; a scenario run again replaces its entry
 there, the others stay.
 
 Runs are sequential (each uses every core: ``--workers 2`` on this machine);

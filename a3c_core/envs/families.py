@@ -19,7 +19,7 @@ Adding a family is one record (plus its adapter module)::
         defaults=Defaults(frame_skip=1)))
 
 Why each default is what it is: docs/defaults.md (the measurements are in
-docs/results.md).
+docs/results.md and, per scenario, docs/scenarios.md).
 """
 from __future__ import annotations
 
@@ -169,16 +169,16 @@ DOOM = EnvFamily(
     # no HUD shows the player's health, so a medkit changes neither the
     # reward nor anything the critic sees until the death it postpones;
     # paying for health points at once is what stopped health_gathering's
-    # collapses (docs/results.md#health_gathering-why-it-collapsed-and-the-fix)
+    # collapses (docs/scenarios.md#health_gathering-why-it-collapsed-and-the-fix)
     # defend_the_line is still learning when the anneal has brought the rate
     # to its floor (1M steps, ~6 minutes on 2 cores): without it the avg100
-    # at 10 minutes rose on each of 3 seeds (docs/results.md#scenario-table)
+    # at 10 minutes rose on each of 3 seeds (docs/scenarios.md#scenario-table)
     # my_way_home (+1 at the goal, which ~15 % of random episodes reach after
     # ~500 steps): the ICM paper's A3C recipe (42x42 frames, four stride-2
     # convs, raw rewards and advantages, entropy 0.01, no anneal) reached the
     # goal in most episodes within 10 minutes, where the image defaults (and
     # the same network with normalized rewards and advantages) stayed near
-    # random play's share (docs/results.md#my_way_home-the-icm-papers-a3c-recipe)
+    # random play's share (docs/scenarios.md#my_way_home-the-icm-papers-a3c-recipe)
     scenarios=_frozen({"health_gathering": _frozen({"health_reward": 1.0}),
                        "health_gathering_supreme": _frozen({"health_reward": 1.0}),
                        "defend_the_line": _frozen({"tuning": _NO_ANNEAL}),

@@ -73,7 +73,7 @@ The paper divides by the whole run's standard deviation.  Here the
 predictor learns the maze's look-alike rooms within ~50k agent steps, and a
 whole-run statistic, still holding the first large novelties, shrank the
 bonus from 0.017 to ~0.001 per step; over a moving window it keeps its scale
-(0.003-0.005 per step through 2M steps on doom:my_way_home; docs/results.md,
+(0.003-0.005 per step through 2M steps on doom:my_way_home; docs/scenarios.md,
 "Exploration bonus").
 
 One reward stream, not the paper's two: the paper gives the intrinsic
