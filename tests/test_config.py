@@ -11,10 +11,11 @@ def _r(obs_kind="image", **kw):
 def test_defaults_are_the_standard_workload():
     c = Config().validate()
     assert c.env == "doom:basic"
-    assert (c.t_max, c.gamma, c.gae_lambda) == (20, 0.99, 1.0)
+    assert (c.t_max, c.gamma, c.gae_lambda) == (20, 0.99, None)
     assert (c.value_coef, c.max_grad_norm) == (0.5, 40.0)
     r = resolve(c)
     assert r.entropy_beta == 0.01 and c.entropy_beta is None     # the family's
+    assert r.gae_lambda == 1.0                                    # the family's
     assert (r.family, r.spec) == ("doom", "doom-lstm")
     assert c.optimizer == "adam" and r.lr == pytest.approx(1e-4)
     assert _r(optimizer="rmsprop").lr == pytest.approx(7e-4)
@@ -63,6 +64,11 @@ def test_resolve_amsgrad_and_anneal():
     assert _r(env="doom:defend_the_line").anneal_steps == 0
     assert _r(env="doom:defend_the_line").lr == pytest.approx(1e-4)
     assert _r(env="doom:defend_the_line", lr_anneal=True).anneal_steps == 1_000_000
+    # and GAE at 0.95 there, n-step returns (1.0) elsewhere; a flag still wins
+    assert _r(env="doom:defend_the_line").gae_lambda == 0.95
+    assert _r(env="doom:defend_the_line", gae_lambda=1.0).gae_lambda == 1.0
+    assert _r(env="doom:defend_the_center").gae_lambda == 1.0
+    assert _r("vector", env="CartPole-v1").gae_lambda == 1.0
     # my_way_home's: the ICM paper's A3C (atari-lstm on 42x42 frames, Adam 1e-4
     # without the anneal, raw rewards and advantages, entropy 0.01); flags still win
     home = _r(env="doom:my_way_home")
@@ -219,7 +225,7 @@ def test_shipped_config_files_load():
         Config.from_toml(str(f))
     basic = Config.from_toml(str(root / "doom_basic.toml"))
     assert basic == Config().replace(spec="doom-lstm", frame_skip=4, lr=1e-4, lr_anneal=True,
-                                     entropy_beta=0.01, obs_norm=True)
+                                     entropy_beta=0.01, gae_lambda=1.0, obs_norm=True)
     rb, rd = resolve(basic), resolve(Config())
     assert rb.obs_norm == rd.obs_norm is True
     assert rb.merge_below == rd.merge_below

@@ -390,9 +390,10 @@ def test_a_resumed_run_keeps_the_defaults_it_trained_with(tmp_path, monkeypatch)
     saved = Config.from_toml(os.path.join(run, "config.toml"), saved_run=True)
     r = resolve(Config(env="CartPole-v1"), "vector")
     assert (saved.lr_anneal, saved.adam_amsgrad, saved.obs_norm, saved.reward_clip,
-            saved.truncation_bootstrap, saved.normalize_advantages, saved.frame_skip) == \
+            saved.truncation_bootstrap, saved.normalize_advantages, saved.frame_skip,
+            saved.gae_lambda) == \
         (False, r.amsgrad, r.obs_norm, r.reward_clip, r.truncation_bootstrap,
-         r.normalize_advantages, r.env_args["frame_skip"])
+         r.normalize_advantages, r.env_args["frame_skip"], r.gae_lambda)
     assert saved.seed == 3 and saved.lr == 0.0 and saved.spec == "auto"   # set ones as they were
     assert load_checkpoint(run).meta["optimizer_scalars"]["anneal_steps"] == 0
     # a newer version: the vector specs anneal by default

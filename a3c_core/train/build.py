@@ -98,7 +98,7 @@ def _opt_kwargs(cfg: Config, r: Resolved, lr: float) -> dict:
 
 def _settings(cfg: Config, r: Resolved) -> RolloutSettings:
     return RolloutSettings(
-        t_max=cfg.t_max, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda, value_coef=cfg.value_coef,
+        t_max=cfg.t_max, gamma=cfg.gamma, gae_lambda=r.gae_lambda, value_coef=cfg.value_coef,
         entropy_beta=r.entropy_beta, max_grad_norm=cfg.max_grad_norm,
         reward_scale=r.reward_scale, reward_clip=r.reward_clip,
         bootstrap_truncated=r.truncation_bootstrap,

@@ -114,7 +114,7 @@ class Config:
     pin_threads: bool = _f(True, "pin worker i and its ViZDoom engine to core i mod cores (Linux)")
     t_max: int = _f(20, "rollout length: steps per update (truncated BPTT window), 1-10000")
     gamma: float = _f(0.99, "discount factor, in [0, 1]")
-    gae_lambda: float = _f(1.0, "GAE lambda, in [0, 1] (1.0 = n-step returns as in the A3C paper)")
+    gae_lambda: Optional[float] = _f(None, "GAE lambda, in [0, 1] (default: the family's, 1.0 = n-step returns as in the A3C paper; 0.95 on doom:defend_the_line)")
     truncation_bootstrap: Optional[bool] = _f(None, "bootstrap from V(s_T) when a time limit cuts an episode (default: the env family's; off for doom)")
     optimizer: str = _f("adam", "shared optimizer: adam (shared moments), rmsprop (the A3C paper's, shared statistics) or sgd")
     lr: float = _f(0.0, "learning rate, in [0, 1] (0 = the family's default for the optimizer and network; a resumed run keeps its own)")
@@ -234,7 +234,7 @@ class Config:
             bad("gamma", "must be in [0, 1]")
         if 0.0 < self.advantage_horizon < 1.0:
             bad("advantage_horizon", "must be 0 (the whole run) or >= 1 sample")
-        if not 0.0 <= self.gae_lambda <= 1.0:
+        if self.gae_lambda is not None and not 0.0 <= self.gae_lambda <= 1.0:
             bad("gae_lambda", "must be in [0, 1]")
         if self.optimizer not in OPTIMIZERS:
             bad("optimizer", f"unknown optimizer; choose one of {', '.join(OPTIMIZERS)}")
@@ -262,7 +262,8 @@ class Config:
         vals = dict(obs_norm=r.obs_norm, reward_clip=r.reward_clip,
                     truncation_bootstrap=r.truncation_bootstrap,
                     normalize_advantages=r.normalize_advantages, entropy_beta=r.entropy_beta,
-                    lr_anneal=r.anneal_steps > 0, frame_skip=r.env_args["frame_skip"],
+                    gae_lambda=r.gae_lambda, lr_anneal=r.anneal_steps > 0,
+                    frame_skip=r.env_args["frame_skip"],
                     reward_scale=r.reward_scale or 0.0, frame_size=r.frame_size)
         if self.optimizer == "adam":
             vals["adam_amsgrad"] = r.amsgrad
@@ -365,6 +366,7 @@ class Resolved:
     truncation_bootstrap: bool
     normalize_advantages: bool
     entropy_beta: float
+    gae_lambda: float
     lr: float
     amsgrad: bool
     anneal_steps: int               #: 0: no anneal
@@ -442,6 +444,7 @@ def resolve(cfg: Config, obs_kind: str = "image") -> Resolved:
         truncation_bootstrap=bool(pick(cfg.truncation_bootstrap, d.truncation_bootstrap)),
         normalize_advantages=bool(pick(cfg.normalize_advantages, d.normalize_advantages)),
         entropy_beta=float(pick(cfg.entropy_beta, d.entropy_beta)),
+        gae_lambda=float(pick(cfg.gae_lambda, d.gae_lambda)),
         lr=float(lr), amsgrad=bool(pick(cfg.adam_amsgrad, tuning.amsgrad)),
         anneal_steps=(cfg.lr_anneal_steps or cfg.total_steps) if anneals else 0,
         min_rollout=min_rollout, merge_below=merge_below,
