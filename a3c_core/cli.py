@@ -129,6 +129,9 @@ def _run_trainer(trainer, cfg, TrainingError):
                f"{trainer.norm_seconds:.1f} s" if getattr(trainer, "norm_seconds", None) is not None
                else "as trained")
         line += f"\nframes normalized: (x - mean frame) / {norm['std']:.4f}, {how}"
+    if trainer.plan.resolved.env_args.get("action_set") == "combos":
+        line += (f"\nactions: {trainer.plan.n_actions} combinations of the scenario's buttons "
+                 f"(--action-set buttons: one button per action)")
     health = trainer.plan.resolved.env_args.get("health_reward", 0.0)
     if health:
         line += (f"\nhealth reward: {health:g} x each step's HEALTH change is added to the learning "

@@ -74,8 +74,11 @@ def run_eval(args) -> int:
         if not env_id:
             raise EvalError(f"checkpoint {policy.path} does not record its env; give --env")
         same_env = args.env is None or args.env == env_meta.get("id")
+        # a Doom checkpoint's action set (combos or buttons) comes with it
+        extra = {"action_set": env_meta["action_set"]} if same_env and "action_set" in env_meta \
+            else {}
         env = make_env(env_id, seed=args.seed, frame_skip=env_meta.get("frame_skip") if same_env else None,
-                       render=bool(args.gif))
+                       render=bool(args.gif), **extra)
         check_env_matches(policy, env, env_id)
     except (CheckpointError, EvalError, ValueError, ImportError, OSError) as e:
         if env is not None:

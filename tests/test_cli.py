@@ -370,3 +370,28 @@ def test_a_resume_whose_cfg_now_has_other_buttons_is_a_clear_error(tmp_path):
     assert "trained with 3 actions (MOVE_LEFT, MOVE_RIGHT, ATTACK), this env has 4 " \
         "(MOVE_LEFT, MOVE_RIGHT, TURN_LEFT, ATTACK); start a new run" in out.stderr
     assert ckpt.read_bytes() == before
+
+
+def test_a_combos_run_evaluates_with_its_actions_and_resumes_only_with_them(tmp_path):
+    """A doom run trained with --action-set combos: its checkpoint records the
+    set, ``a3c eval`` rebuilds the 6 combined actions from it, and a resume
+    that asks for the shipped buttons is an error naming the flag that fits,
+    with the checkpoint left as it was."""
+    pytest.importorskip("vizdoom")
+    run = tmp_path / "run"
+    out = a3c("train", "--env", "doom:defend_the_line", "--action-set", "combos", "--workers", "1",
+              "--total-steps", "300", "--obs-norm-frames", "200", "--quiet", "--no-tensorboard",
+              "--run-dir", str(run), timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "actions: 6 combinations of the scenario's buttons" in out.stdout
+    ckpt = run / "checkpoints" / "latest.npz"
+    before = ckpt.read_bytes()
+    out = a3c("eval", str(run), "--episodes", "1", timeout=300)
+    assert out.returncode == 0, out.stderr
+    out = a3c("train", "--resume", str(run), "--action-set", "buttons", "--total-steps", "600",
+              timeout=300)
+    assert out.returncode == 2, out.stdout
+    assert "trained with 6 actions (NOOP, ATTACK, TURN_LEFT" in out.stderr
+    assert "this env has 3 (TURN_LEFT, TURN_RIGHT, ATTACK); resume with --action-set combos" \
+        in out.stderr
+    assert ckpt.read_bytes() == before

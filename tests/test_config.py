@@ -116,6 +116,19 @@ def test_health_reward_is_the_health_scenarios_default_and_doom_only():
         _r("vector", env="CartPole-v1", health_reward=1.0)
 
 
+def test_action_set_is_doom_only_and_an_old_saved_run_keeps_its_buttons():
+    assert _r().env_args["action_set"] == "buttons"
+    assert _r(env="doom:my_way_home", action_set="combos").env_args["action_set"] == "combos"
+    with pytest.raises(ConfigError, match="'action_set'.*doom envs only"):
+        _r("vector", env="CartPole-v1", action_set="combos")
+    # a run saved before the switch trained one button per action, whatever
+    # a scenario's default has become since
+    old = Config.from_dict({"env": "doom:my_way_home"}, saved_run=True)
+    assert old.action_set == "buttons"
+    assert Config.from_dict({"env": "CartPole-v1"}, saved_run=True).action_set is None
+    assert Config(env="doom:basic").pinned(_r()).action_set == "buttons"
+
+
 def test_net_kwargs_honour_or_reject_spec_fields():
     assert Config(hidden="32,16").net_kwargs("mlp-lstm") == {"hidden": (32, 16)}
     assert Config(lstm_size=128).net_kwargs("doom-lstm") == {"lstm_size": 128}
@@ -170,6 +183,7 @@ def test_net_kwargs_honour_or_reject_spec_fields():
         ("min_rollout", 2.5),
         ("health_reward", -1.0),
         ("health_reward", float("nan")),
+        ("action_set", "all"),
     ],
 )
 def test_bad_values_name_the_field(field, value):

@@ -220,6 +220,46 @@ def test_doom_health_reward_adds_the_health_change_and_keeps_its_sum(env_process
         make_env("doom:basic", health_reward=float("nan"))
 
 
+def test_button_combos_press_at_most_one_of_each_exclusive_pair():
+    from a3c_core.envs.doom import button_combos
+
+    dtl = button_combos(["TURN_LEFT", "TURN_RIGHT", "ATTACK"])
+    assert dtl == [(), ("ATTACK",), ("TURN_LEFT",), ("TURN_LEFT", "ATTACK"),
+                   ("TURN_RIGHT",), ("TURN_RIGHT", "ATTACK")]
+    corridor = ["MOVE_LEFT", "MOVE_RIGHT", "ATTACK", "MOVE_FORWARD", "MOVE_BACKWARD",
+                "TURN_LEFT", "TURN_RIGHT"]
+    combos = button_combos(corridor)
+    assert len(combos) == 3 * 2 * 3 * 3 == len(set(combos))
+    for pair in (("TURN_LEFT", "TURN_RIGHT"), ("MOVE_FORWARD", "MOVE_BACKWARD"),
+                 ("MOVE_LEFT", "MOVE_RIGHT")):
+        assert not any(set(pair) <= set(c) for c in combos)
+    assert len(button_combos(["TURN_LEFT", "TURN_RIGHT", "MOVE_FORWARD", "MOVE_LEFT",
+                              "MOVE_RIGHT"])) == 18            # my_way_home: no backward button
+
+
+def test_doom_combos_replay_the_single_buttons_exactly_and_name_their_set():
+    """defend_the_line with action_set="combos": the combination holding one
+    button plays exactly as that button's action of the shipped set (same
+    seed: same frames and rewards); the spec records the set and make_env
+    rebuilds it from there."""
+    actions = np.random.default_rng(2).integers(0, 3, 300).tolist()
+    with make_env("doom:defend_the_line", seed=4) as shipped:
+        a = rollout(shipped, actions)
+        names = list(shipped.action_names)
+        assert shipped.spec()["action_set"] == "buttons"
+    with make_env("doom:defend_the_line", seed=4, action_set="combos") as combos:
+        assert combos.n_actions == 6 and combos.action_names[0] == "NOOP"
+        index = [combos.action_names.index(n) for n in names]
+        b = rollout(combos, [index[x] for x in actions])
+        spec = combos.spec()
+    assert spec["action_set"] == "combos" and spec["n_actions"] == 6
+    assert_same(a, b)
+    with make_env(spec["id"], action_set=spec["action_set"], env_process=True) as again:
+        assert list(again.action_names) == spec["action_names"]
+    with pytest.raises(ValueError, match="action_set must be one of buttons, combos"):
+        make_env("doom:basic", action_set="all")
+
+
 def test_action_out_of_range(basic):
     basic.reset()
     with pytest.raises(ValueError, match="range\\(3\\)"):

@@ -25,6 +25,7 @@ ViZDoom's start-up quirks are all handled here:
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import shlex
@@ -141,6 +142,41 @@ def resolve_scenario(name_or_path):
     )
 
 
+#: :class:`DoomEnv`'s action sets
+ACTION_SETS = ("buttons", "combos")
+
+#: buttons that exclude each other in a combination (the others are on/off alone)
+_EXCLUSIVE = (("TURN_LEFT", "TURN_RIGHT"), ("MOVE_FORWARD", "MOVE_BACKWARD"),
+              ("MOVE_LEFT", "MOVE_RIGHT"))
+
+
+def button_combos(buttons) -> list:
+    """The ``"combos"`` action set of a button list: the product of its groups
+    (turn left/right, forward/backward, strafe left/right, and each other
+    button alone), each group contributing none or one of its buttons; the
+    first combination is the no-op.  A tuple of button names per action."""
+    groups, seen = [], set()
+    for b in buttons:
+        if b in seen:
+            continue
+        group = next((g for g in _EXCLUSIVE if b in g), (b,))
+        members = tuple(x for x in group if x in buttons)
+        seen.update(members)
+        groups.append(((),) + tuple((m,) for m in members))
+    return [sum(parts, ()) for parts in itertools.product(*groups)]
+
+
+def _finite(name, value) -> float:
+    """``value`` as a float; ValueError naming ``name`` unless it is a finite number."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return value
+
+
 def _check_wad_paths(game, env_id, cfg_path):
     """FileNotFoundError naming the .wad when the cfg's ``doom_scenario_path``
     (resolved by ViZDoom relative to the cfg) does not exist; the engine
@@ -255,18 +291,21 @@ class DoomEnv(Env):
             once instead of only through the death it postpones; the shaping
             summed over the episode is :attr:`episode_shaping`, which the
             trainer subtracts from the score it logs.
+        action_set: ``"buttons"`` (one action per cfg button, one button
+            pressed at a time: the scenario as shipped) or ``"combos"``
+            (:func:`button_combos`: one action per combination of a turn, a
+            move, a strafe and each other button, none included, so the
+            player can turn while it walks or shoots).
     """
 
     def __init__(self, scenario="basic", *, seed=0, frame_skip=None, runtime_dir=None,
-                 render=False, episode_timeout=None, game_args=None, health_reward=0.0):
+                 render=False, episode_timeout=None, game_args=None, health_reward=0.0,
+                 action_set="buttons"):
         vzd = import_vizdoom()
-        try:
-            health_reward = float(health_reward)
-        except (TypeError, ValueError):
-            raise ValueError(f"health_reward must be a number, got {health_reward!r}") from None
-        if not math.isfinite(health_reward):
-            raise ValueError(f"health_reward must be finite, got {health_reward!r}")
-        self.health_reward = health_reward
+        if action_set not in ACTION_SETS:
+            raise ValueError(f"action_set must be one of {', '.join(ACTION_SETS)}, got {action_set!r}")
+        self.action_set = action_set
+        self.health_reward = _finite("health_reward", health_reward)
         self.episode_shaping = 0.0
         self._health = 0.0
         self._health_var = vzd.GameVariable.HEALTH
@@ -310,11 +349,17 @@ class DoomEnv(Env):
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _release, game, self._work_dir, runtime_dir)
 
-        self.action_names = [b.name for b in game.get_available_buttons()]
-        self.n_actions = n_buttons
-        # Preallocated one-hot lists, indexed by action (no per-step allocation).
-        self._actions = [[1.0 if i == a else 0.0 for i in range(n_buttons)]
-                         for a in range(n_buttons)]
+        buttons = [b.name for b in game.get_available_buttons()]
+        # preallocated button vectors, indexed by action (no per-step allocation)
+        if action_set == "combos":
+            combos = button_combos(buttons)
+            self.action_names = ["+".join(c) or "NOOP" for c in combos]
+            self._actions = [[1.0 if b in c else 0.0 for b in buttons] for c in combos]
+        else:
+            self.action_names = buttons
+            self._actions = [[1.0 if i == a else 0.0 for i in range(n_buttons)]
+                             for a in range(n_buttons)]
+        self.n_actions = len(self._actions)
         self.obs_shape = (game.get_screen_height(), game.get_screen_width())
         self.obs_dtype = np.dtype(np.uint8)
         self.obs_kind = "image"
@@ -414,6 +459,7 @@ class DoomEnv(Env):
         d = super().spec()
         d["kind"] = "doom"
         d["cfg"] = self.cfg_path
+        d["action_set"] = self.action_set   # make_env(id, action_set=) rebuilds the actions
         return d
 
     @property

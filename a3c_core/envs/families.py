@@ -74,6 +74,7 @@ class Defaults:
     reward_scale: Optional[float] = None
     #: image frames resized to frame_size x frame_size (None: the env's own size)
     frame_size: Optional[int] = None
+    action_set: str = "buttons"            #: Doom: one button per action, or their combos
     #: network spec by observation kind
     network: Mapping[str, str] = field(
         default_factory=lambda: _frozen({"image": "doom-lstm", "vector": "mlp-lstm"}))
@@ -166,7 +167,7 @@ DOOM = EnvFamily(
                       truncation_bootstrap=False,
                       network=_frozen({"image": "doom-lstm"}),
                       tuning=_frozen({"doom-lstm": IMAGE_TUNING})),
-    options=("health_reward",),
+    options=("health_reward", "action_set"),
     # no HUD shows the player's health, so a medkit changes neither the
     # reward nor anything the critic sees until the death it postpones;
     # paying for health points at once is what stopped health_gathering's

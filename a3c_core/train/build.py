@@ -130,6 +130,16 @@ def _as_trained(cfg: Config, r: Resolved, ckpt, env_size, notes: list) -> Resolv
     return dataclasses.replace(r, **kept)
 
 
+def _actions_hint(ckpt, env) -> str:
+    """What to do about a checkpoint whose actions are not ``env``'s: the
+    action set it trained with where that differs (a Doom run), else a new run
+    (the scenario's cfg has other buttons now)."""
+    trained = ckpt.env_spec.get("action_set")
+    if trained and trained != getattr(env, "action_set", trained):
+        return f"resume with --action-set {trained}"
+    return "start a new run for these actions"
+
+
 def plan_run(cfg: Config, env, ckpt=None) -> RunPlan:
     """Decide a run from ``cfg`` and its first ``env`` (and, resuming, the
     checkpoint ``ckpt``, whose env, preprocessing and learning rate it keeps).
@@ -145,7 +155,7 @@ def plan_run(cfg: Config, env, ckpt=None) -> RunPlan:
             f"actions ({', '.join(map(str, ckpt.env_spec['action_names'][:6]))}"
             f"{', ...' if len(ckpt.env_spec['action_names']) > 6 else ''}), this env has "
             f"{env.n_actions} ({', '.join(map(str, env.action_names[:6]))}"
-            f"{', ...' if env.n_actions > 6 else ''}); start a new run for these actions")
+            f"{', ...' if env.n_actions > 6 else ''}); " + _actions_hint(ckpt, env))
     r = resolve(cfg, env.obs_kind)
     notes = []
     if ckpt is not None:

@@ -19,6 +19,7 @@ from typing import Optional
 
 from a3c_core.core.optim import OPTIMIZERS
 from a3c_core.envs import unknown_id_error
+from a3c_core.envs.doom import ACTION_SETS
 from a3c_core.envs.families import EnvFamily, UnknownEnvId, family_of
 from a3c_core.specs import SPECS, spec_options
 
@@ -94,7 +95,7 @@ _RANGES = {
 }
 
 #: the Doom adapter's options (fields other families reject)
-DOOM_ONLY = ("health_reward",)
+DOOM_ONLY = ("health_reward", "action_set")
 
 #: the exploration bonuses ``exploration`` names (a3c_core.nn.rnd: rnd)
 EXPLORATIONS = ("none", "rnd")
@@ -118,7 +119,7 @@ class Config:
     truncation_bootstrap: Optional[bool] = _f(None, "bootstrap from V(s_T) when a time limit cuts an episode (default: the env family's; off for doom)")
     optimizer: str = _f("adam", "shared optimizer: adam (shared moments), rmsprop (the A3C paper's, shared statistics) or sgd")
     lr: float = _f(0.0, "learning rate, in [0, 1] (0 = the family's default for the optimizer and network; a resumed run keeps its own)")
-    lr_anneal: Optional[bool] = _f(None, "anneal lr linearly to lr x lr_anneal_floor over lr_anneal_steps, then hold (default: the family's; on for doom-lstm, off on doom:defend_the_line)")
+    lr_anneal: Optional[bool] = _f(None, "anneal lr linearly to lr x lr_anneal_floor over lr_anneal_steps, then hold (default: the family's; on for doom-lstm, off on doom:defend_the_line and doom:my_way_home)")
     lr_anneal_steps: int = _f(1_000_000, "agent steps the anneal lasts, whatever the run's budget (0 = total_steps)")
     lr_anneal_floor: float = _f(0.1, "where the anneal ends, as a fraction of lr, in [0, 1]")
     rmsprop_alpha: float = _f(0.99, "RMSProp decay of the shared squared-gradient statistics, in [0, 1)")
@@ -148,6 +149,7 @@ class Config:
     terminal_on_life_loss: bool = _f(False, "Atari: a lost life ends the episode for learning (scores still count whole games)")
     repeat_action_probability: Optional[float] = _f(None, "Atari: sticky-action probability (default: the id's, 0.25 for -v5, 0 for NoFrameskip-v4)")
     health_reward: Optional[float] = _f(None, "Doom: add this x the step's change in the player's HEALTH to the learning reward (logged scores stay the scenario's own); default: the scenario's, 1 for health_gathering and health_gathering_supreme, else 0 = off")
+    action_set: Optional[str] = _f(None, "Doom: buttons (one action per button of the scenario's cfg, one pressed at a time: the scenario as shipped) or combos (one action per combination of a turn, a move, a strafe and each other button); default: the scenario's")
     env_process: Optional[bool] = _f(None, "run each env in a child process (default: the family's; on for Atari, whose step holds the GIL)")
     run_dir: str = _f("", "run directory (default runs/<env>[-<spec>]-s<seed>-<YYYYmmdd-HHMMSS>)")
     checkpoint_interval: float = _f(60.0, "seconds between 'latest' checkpoints (0 = only at the end)")
@@ -251,6 +253,8 @@ class Config:
             bad("exploration", f"unknown exploration bonus; choose one of {', '.join(EXPLORATIONS)}")
         if not self.exploration_scale > 0:
             bad("exploration_scale", "must be > 0")
+        if self.action_set is not None and self.action_set not in ACTION_SETS:
+            bad("action_set", f"choose one of {', '.join(ACTION_SETS)}")
         return self
 
     def pinned(self, r: "Resolved") -> "Config":
@@ -297,6 +301,8 @@ class Config:
                 d["obs_norm"] = False
             if d.get("cross_episode") is True:
                 d["min_rollout"] = int(d.get("t_max", 20))
+            if "action_set" not in d and str(d.get("env", "doom:basic")).startswith("doom:"):
+                d["action_set"] = "buttons"     # saved before the switch: one button per action
         kwargs = {}
         for key, v in d.items():
             if key in REMOVED_FIELDS:
