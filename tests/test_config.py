@@ -118,13 +118,17 @@ def test_health_reward_is_the_health_scenarios_default_and_doom_only():
 
 def test_action_set_is_doom_only_and_an_old_saved_run_keeps_its_buttons():
     assert _r().env_args["action_set"] == "buttons"
+    # deadly_corridor's default: the combinations; a flag still wins
+    assert _r(env="doom:deadly_corridor").env_args["action_set"] == "combos"
+    assert _r(env="doom:deadly_corridor", action_set="buttons").env_args["action_set"] == "buttons"
     assert _r(env="doom:my_way_home", action_set="combos").env_args["action_set"] == "combos"
     with pytest.raises(ConfigError, match="'action_set'.*doom envs only"):
         _r("vector", env="CartPole-v1", action_set="combos")
     # a run saved before the switch trained one button per action, whatever
     # a scenario's default has become since
-    old = Config.from_dict({"env": "doom:my_way_home"}, saved_run=True)
+    old = Config.from_dict({"env": "doom:deadly_corridor"}, saved_run=True)
     assert old.action_set == "buttons"
+    assert resolve(old.validate()).env_args["action_set"] == "buttons"
     assert Config.from_dict({"env": "CartPole-v1"}, saved_run=True).action_set is None
     assert Config(env="doom:basic").pinned(_r()).action_set == "buttons"
 

@@ -183,10 +183,15 @@ DOOM = EnvFamily(
     # goal in most episodes within 10 minutes, where the image defaults (and
     # the same network with normalized rewards and advantages) stayed near
     # random play's share (docs/scenarios.md#my_way_home-the-icm-papers-a3c-recipe)
+    # deadly_corridor: one button at a time, the policy settled on running
+    # forward into the fire (~200); with every combination of a turn, a move,
+    # a strafe and the attack (as Sample Factory plays it) it can strafe and
+    # shoot at once, and reached the vest (docs/scenarios.md#deadly_corridor-button-combinations)
     scenarios=_frozen({"health_gathering": _frozen({"health_reward": 1.0}),
                        "health_gathering_supreme": _frozen({"health_reward": 1.0}),
                        "defend_the_line": _frozen({"tuning": _NO_ANNEAL, "gae_lambda": 0.95}),
-                       "my_way_home": _MY_WAY_HOME}),
+                       "my_way_home": _MY_WAY_HOME,
+                       "deadly_corridor": _frozen({"action_set": "combos"})}),
 )
 
 ATARI = EnvFamily(
