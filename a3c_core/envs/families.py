@@ -175,7 +175,7 @@ DOOM = EnvFamily(
     # defend_the_line is still learning when the anneal has brought the rate
     # to its floor (1M steps, ~6 minutes on 2 cores): without it the avg100
     # at 10 minutes rose on each of 3 seeds; GAE at lambda 0.95 raised the
-    # 1,000-episode average at 10 minutes on each of 6 seeds
+    # 1,000-episode average at 10 minutes on each of 5 seeds
     # (docs/scenarios.md#defend_the_line)
     # my_way_home (+1 at the goal, which ~15 % of random episodes reach after
     # ~500 steps): the ICM paper's A3C recipe (42x42 frames, four stride-2
