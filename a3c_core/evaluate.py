@@ -28,6 +28,15 @@ def check_env_matches(policy, env, env_id):
             + "; ".join(problems) + ". Evaluate on the env it was trained on (leave out --env).")
 
 
+def trained_env_options(env_meta) -> dict:
+    """The adapter options that rebuild a checkpoint's env as it trained: a
+    Doom checkpoint's action set, ``"buttons"`` for one saved before the
+    checkpoint recorded it (a scenario's default may be another set now)."""
+    if env_meta.get("kind") == "doom":
+        return {"action_set": env_meta.get("action_set", "buttons")}
+    return {}
+
+
 def write_gif(path, frames, step_seconds) -> dict:
     """Write RGB uint8 ``(H, W, 3)`` frames as a looping GIF, one frame per env step in real time.
 
@@ -74,9 +83,7 @@ def run_eval(args) -> int:
         if not env_id:
             raise EvalError(f"checkpoint {policy.path} does not record its env; give --env")
         same_env = args.env is None or args.env == env_meta.get("id")
-        # a Doom checkpoint's action set (combos or buttons) comes with it
-        extra = {"action_set": env_meta["action_set"]} if same_env and "action_set" in env_meta \
-            else {}
+        extra = trained_env_options(env_meta) if same_env else {}
         env = make_env(env_id, seed=args.seed, frame_skip=env_meta.get("frame_skip") if same_env else None,
                        render=bool(args.gif), **extra)
         check_env_matches(policy, env, env_id)

@@ -395,3 +395,27 @@ def test_a_combos_run_evaluates_with_its_actions_and_resumes_only_with_them(tmp_
     assert "this env has 3 (TURN_LEFT, TURN_RIGHT, ATTACK); resume with --action-set combos" \
         in out.stderr
     assert ckpt.read_bytes() == before
+
+
+def test_a_doom_checkpoint_saved_before_action_sets_evaluates_with_its_buttons(tmp_path):
+    """deadly_corridor's default is now combos; a checkpoint saved before the
+    env recorded its action set trained one button per action, and ``a3c
+    eval`` rebuilds that (7 actions), not the scenario's current default."""
+    pytest.importorskip("vizdoom")
+    from a3c_core.checkpoint import load_checkpoint
+    from a3c_core.evaluate import trained_env_options
+
+    run = tmp_path / "run"
+    out = a3c("train", "--env", "doom:deadly_corridor", "--action-set", "buttons", "--workers", "1",
+              "--total-steps", "200", "--obs-norm-frames", "200", "--quiet", "--no-tensorboard",
+              "--run-dir", str(run), timeout=300)
+    assert out.returncode == 0, out.stderr
+    ckpt = load_checkpoint(str(run))
+    meta = dict(ckpt.meta, env={k: v for k, v in ckpt.meta["env"].items() if k != "action_set"})
+    assert meta["env"]["kind"] == "doom" and len(meta["env"]["action_names"]) == 7
+    old = tmp_path / "old.npz"
+    save_checkpoint(str(old), ckpt.params, meta)
+    assert trained_env_options(meta["env"]) == {"action_set": "buttons"}
+    assert trained_env_options({"id": "CartPole-v1", "kind": "gym"}) == {}
+    out = a3c("eval", str(old), "--episodes", "1", timeout=300)
+    assert out.returncode == 0, out.stderr
