@@ -239,8 +239,10 @@ def build_parser():
 
     add_ray_arguments(t)
     e = sub.add_parser("eval", help="evaluate a checkpoint: mean ± std raw reward over N episodes",
-                       description="Play N episodes with a checkpoint and report the raw reward. Says which "
-                                   "file it loaded, at which training step and training average.")
+                       description="Play N episodes with a checkpoint and report the raw reward and how the "
+                                   "episodes ended (a Doom scenario: died, timed out, or ended "
+                                   "alive, its goal where it has one). Says which file it loaded, "
+                                   "at which training step and training average.")
     e.add_argument("checkpoint", help="checkpoint file (.npz) or run directory")
     e.add_argument("--episodes", type=int, default=10, metavar="N", help="episodes to play (default: 10)")
     e.add_argument("--sample", action="store_true", help="sample actions instead of greedy argmax")
@@ -253,7 +255,7 @@ def build_parser():
                         "best (highest training moving average, possibly over few episodes)")
     e.add_argument("--gif", metavar="PATH", help="record the first episode as a real-time animated GIF")
     e.add_argument("-v", "--verbose", action="store_true",
-                   help="print every episode's return and length (default: off)")
+                   help="print every episode's return, length and end (default: off)")
     x = sub.add_parser("export", help="write a trained policy for deployment: ONNX graph and/or a "
                                       "policy-only checkpoint",
                        description="Export a checkpoint (or a run directory's latest/best) for "

@@ -1,8 +1,10 @@
-"""``a3c eval``: play episodes with a checkpoint, report raw rewards, optionally write a GIF."""
+"""``a3c eval``: play episodes with a checkpoint, report raw rewards and how the
+episodes ended, optionally write a GIF."""
 from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 
 import numpy as np
 
@@ -35,6 +37,17 @@ def trained_env_options(env_meta) -> dict:
     if env_meta.get("kind") == "doom":
         return {"action_set": env_meta.get("action_set", "buttons")}
     return {}
+
+
+def episode_end(env, terminated, truncated) -> str:
+    """How the episode that just ended ended: the env's own word where it
+    has one (:attr:`~a3c_core.envs.base.Env.episode_end`: a Doom env tells
+    "died", "timed out" and "ended alive", the goal of a scenario that has
+    one), else "truncated" (a time limit) or "terminated"."""
+    end = getattr(env, "episode_end", None)
+    if end:
+        return str(end)
+    return "truncated" if truncated and not terminated else "terminated"
 
 
 def write_gif(path, frames, step_seconds) -> dict:
@@ -93,7 +106,7 @@ def run_eval(args) -> int:
         print(f"a3c eval: error: {e}", file=sys.stderr)
         return 2
     rng = np.random.default_rng(args.seed)
-    returns, frames = [], []
+    returns, ends, frames = [], [], []
     try:
         for ep in range(args.episodes):
             obs, state, done, total, length = env.reset(), policy.initial_state(), False, 0.0, 0
@@ -110,8 +123,9 @@ def run_eval(args) -> int:
                 length += 1
                 done = term or trunc
             returns.append(total)
+            ends.append(episode_end(env, term, trunc))
             if args.verbose:
-                print(f"episode {ep + 1}: return {total:.2f}, {length} steps")
+                print(f"episode {ep + 1}: return {total:.2f}, {length} steps, {ends[-1]}")
         step_s, how = env.seconds_per_step()
     except ObservationError as e:
         print(f"a3c eval: error: env {env_id} gave an observation the policy cannot use: {e}",
@@ -123,6 +137,7 @@ def run_eval(args) -> int:
     mode = "sampled" if args.sample else "greedy"
     print(f"{env_id}: {len(r)} episodes ({mode}): mean raw reward {r.mean():.2f} ± {r.std():.2f} "
           f"(min {r.min():.2f}, max {r.max():.2f})")
+    print("episode ends: " + ", ".join(f"{n} {end}" for end, n in Counter(ends).most_common()))
     if args.gif:
         try:
             info = write_gif(args.gif, frames, step_s)

@@ -47,12 +47,15 @@ PUBLISHED = {"my_way_home": "0.98 ± 0.01", "defend_the_line": "34.7–43.5 (3 s
 
 
 def random_policy_average(scenario, episodes, seed=0):
-    """Mean and std of raw episode rewards under uniform random actions."""
+    """Mean and std of raw episode rewards under uniform random actions, over
+    the actions the defaults train with (deadly_corridor: the 54 combos)."""
     from a3c_core.envs import make_env
+    from a3c_core.envs.families import family_of
 
+    env_id = f"doom:{scenario}"
     rng = np.random.default_rng(seed)
     rets = []
-    with make_env(f"doom:{scenario}", seed=seed) as env:
+    with make_env(env_id, seed=seed, action_set=family_of(env_id).defaults_for(env_id).action_set) as env:
         for _ in range(episodes):
             env.reset()
             total, done = 0.0, False
@@ -125,14 +128,15 @@ def plot(results, out_png):
 
 
 def _spread(values):
-    """``median [min–max] (k)`` of the values that are not None, or n/a."""
+    """``median [min–max]`` of the values that are not None (a run that ended
+    before the mark has None), ``(k of n seeds)`` after it when some are
+    None, or n/a."""
     v = [x for x in values if x is not None]
     if not v:
         return "n/a"
-    if len(v) == 1:
-        return f"{v[0]:,.2f}" if abs(v[0]) < 10 else f"{v[0]:,.1f}"
     fmt = (lambda x: f"{x:,.2f}") if max(abs(x) for x in v) < 10 else (lambda x: f"{x:,.1f}")
-    return f"{fmt(float(np.median(v)))} [{fmt(min(v))} – {fmt(max(v))}]"
+    text = fmt(v[0]) if len(v) == 1 else f"{fmt(float(np.median(v)))} [{fmt(min(v))} – {fmt(max(v))}]"
+    return text if len(v) == len(values) else f"{text} ({len(v)} of {len(values)} seeds)"
 
 
 def markdown(results):
@@ -203,7 +207,9 @@ def run_summary(run_dir, seed, marks, command, wall):
     return {"seed": seed, "run_dir": run_dir, "command": command, "wall_s": wall,
             "steps": int(steps[k - 1]) if k else 0, "episodes": k,
             "final_avg100": summary.get("moving_avg"), "final_long": summary.get("long_avg"),
-            "avg_at": {f"{m:g}": avg_at(t, ret, m * 60) for m in marks}}
+            # a mark past the run's end (a 10-minute run read at 30) has no figure
+            "avg_at": {f"{m:g}": avg_at(t, ret, m * 60) if m * 60 <= summary.get("seconds", np.inf) + 1 else None
+                       for m in marks}}
 
 
 def main(argv=None):

@@ -397,14 +397,15 @@ def test_device_runner_jobs_pins_each_job_and_packs_the_logs(tmp_path):
 
 
 def test_scenario_table_reads_runs_at_marks_and_counts_runs_below_random(tmp_path):
-    """bench/scenarios.py's table from two finished run dirs: the avg100 of
-    the episodes finished by each mark, median and range over the seeds, and
-    the runs whose final avg100 is below random play."""
+    """bench/scenarios.py's table from three finished run dirs: the avg100 of
+    the episodes finished by each mark, median and range over the seeds, a
+    mark past a run's end left out and said so, and the runs whose final
+    avg100 is below random play."""
     import json
 
     sc = _load_bench("scenarios")
     runs = []
-    for seed, rets in ((0, [1.0] * 50 + [3.0] * 150), (1, [1.0] * 200)):
+    for seed, rets in ((0, [1.0] * 50 + [3.0] * 150), (1, [1.0] * 200), (2, [2.0] * 100)):
         d = tmp_path / f"health_gathering-s{seed}"
         d.mkdir()
         with open(d / "episodes.csv", "w") as fh:
@@ -413,10 +414,13 @@ def test_scenario_table_reads_runs_at_marks_and_counts_runs_below_random(tmp_pat
                 fh.write(f"{i + 1},{3.0 * (i + 1):.1f},{10 * (i + 1)},0,{r},10\n")
         final = float(np.mean(rets[-100:]))
         (d / "summary.json").write_text(json.dumps(
-            {"steps": 2000, "episodes": 200, "moving_avg": final, "long_avg": float(np.mean(rets))}))
+            {"steps": 10 * len(rets), "episodes": len(rets), "seconds": 3.0 * len(rets) + 0.4,
+             "moving_avg": final, "long_avg": float(np.mean(rets))}))
         runs.append(sc.run_summary(str(d), seed, [5, 10], "a3c train ...", None))
     assert runs[0]["avg_at"] == {"5": 2.0, "10": 3.0}     # by 300 s: 50 x 1 and 50 x 3
     assert runs[1]["avg_at"] == {"5": 1.0, "10": 1.0}
+    # seed 2 stopped at 300 s: at 10 minutes it has no figure (not its last one)
+    assert runs[2]["avg_at"] == {"5": 2.0, "10": None}
     # steps and episodes count to the last mark: a longer run read at 5 minutes
     assert (runs[0]["steps"], runs[0]["episodes"]) == (2000, 200)
     early = sc.run_summary(str(tmp_path / "health_gathering-s0"), 0, [5], "a3c train ...", None)
@@ -426,7 +430,7 @@ def test_scenario_table_reads_runs_at_marks_and_counts_runs_below_random(tmp_pat
                           "runs": runs}])
     row = [ln for ln in table.splitlines() if ln.startswith("| health_gathering")][0]
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[3:6] == ["1.50 [1.00 – 2.00]", "2.00 [1.00 – 3.00]", "1 of 2"]
+    assert cells[3:6] == ["2.00 [1.00 – 2.00]", "2.00 [1.00 – 3.00] (2 of 3 seeds)", "2 of 3"]
 
 
 def test_scenario_results_merge_by_scenario(tmp_path):

@@ -100,7 +100,7 @@ def test_eval_help_documents_every_option():
     text = " ".join(out.stdout.split())
     assert re.search(r"--episodes N episodes to play \(default: 10\)", text), text
     assert re.search(r"--seed SEED seed of the env and of action sampling \(default: 0\)", text), text
-    assert re.search(r"-v, --verbose print every episode's return and length", text), text
+    assert re.search(r"-v, --verbose print every episode's return, length and end", text), text
 
 
 def _vector_ckpt(path, **meta_extra):
@@ -153,6 +153,11 @@ def test_eval_says_what_it_loaded(tmp_path):
     assert "step 40,000" in first and "21.50 over the last 100 episodes" in first and "best 30.00" in first
     assert "episode 2: return" in out.stdout
     assert "gym:CartPole-v1: 2 episodes (greedy)" in out.stdout
+    # CartPole ends by falling (terminated) or at 500 steps (truncated)
+    ends = re.findall(r"episode \d: return ([\d.]+), (\d+) steps, (terminated|truncated)\n", out.stdout)
+    assert len(ends) == 2 and all((end == "truncated") == (int(n) == 500) for _, n, end in ends)
+    total = re.search(r"episode ends: (\d+) (\w+)(?:, (\d+) (\w+))?\n", out.stdout)
+    assert total and sum(int(g) for g in total.groups()[::2] if g) == 2
 
 
 def test_eval_gif_is_real_time_and_reports_the_file(tmp_path):
@@ -386,8 +391,11 @@ def test_a_combos_run_evaluates_with_its_actions_and_resumes_only_with_them(tmp_
     assert "actions: 6 combinations of the scenario's buttons" in out.stdout
     ckpt = run / "checkpoints" / "latest.npz"
     before = ckpt.read_bytes()
-    out = a3c("eval", str(run), "--episodes", "1", timeout=300)
+    out = a3c("eval", str(run), "--episodes", "1", "-v", timeout=300)
     assert out.returncode == 0, out.stderr
+    # defend_the_line has no timeout: the player's death ends every episode
+    assert re.search(r"episode 1: return -?[\d.]+, \d+ steps, died\n", out.stdout), out.stdout
+    assert "episode ends: 1 died\n" in out.stdout
     out = a3c("train", "--resume", str(run), "--action-set", "buttons", "--total-steps", "600",
               timeout=300)
     assert out.returncode == 2, out.stdout

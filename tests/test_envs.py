@@ -95,6 +95,35 @@ def test_doom_basic_kill_is_terminated_and_misses_are_penalized():
     assert set(rewards) - set(kills) == {living, MISS_PENALTY + living}
 
 
+def test_doom_episode_end_names_the_kill_the_timeout_and_the_death():
+    """basic with ATTACK only: a kill ends the episode alive (terminated), a
+    miss runs to the timeout (truncated); deadly_corridor walking forward into
+    the fire: the player dies (terminated). None while an episode runs."""
+    with make_env("doom:basic", seed=0) as env:
+        seen = []
+        for _ in range(12):
+            env.reset()
+            assert env.episode_end is None
+            while True:
+                _, _, term, trunc = env.step(ATTACK)
+                if term or trunc:
+                    break
+                assert env.episode_end is None
+            assert env.episode_end == ("ended alive" if term else "timed out")
+            seen.append(env.episode_end)
+        assert set(seen) == {"ended alive", "timed out"}, seen
+    with make_env("doom:deadly_corridor", seed=0, action_set="buttons") as env:
+        forward = env.action_names.index("MOVE_FORWARD")
+        env.reset()
+        while True:
+            _, _, term, trunc = env.step(forward)
+            if term or trunc:
+                break
+        assert term and not trunc and env.episode_end == "died"
+        env.reset()
+        assert env.episode_end is None
+
+
 def test_doom_seed_makes_episodes_reproducible():
     actions = np.random.default_rng(7).integers(0, 3, size=97).tolist()
     runs = []

@@ -54,6 +54,11 @@ class Env:
       that is shaping added for learning (a Doom env's ``health_reward``),
       not the task's own reward; callers that report scores subtract it.
       Default 0.
+    * ``episode_end`` (str or None): how the last episode ended, where the
+      env can tell more than ``terminated``/``truncated`` do (a Doom env:
+      ``"died"``, ``"timed out"`` or ``"ended alive"``, the last being the
+      goal in every shipped scenario that has one); None while an episode
+      runs and for envs that cannot tell.
     """
 
     env_id: str
@@ -67,6 +72,7 @@ class Env:
     render: bool = False
     episode_over: bool = True
     episode_shaping: float = 0.0
+    episode_end = None
 
     # -- the protocol ------------------------------------------------------
     def reset(self):

@@ -402,6 +402,7 @@ class DoomEnv(Env):
     def reset(self):
         game = self._game
         self.episode_over = False
+        self.episode_end = None
         game.new_episode()
         self._last_obs = self._observe(game.get_state())
         if self.health_reward:
@@ -422,8 +423,11 @@ class DoomEnv(Env):
             reward += shaping
         if game.is_episode_finished():
             # Timeout -> truncated; death/goal -> terminated.
-            truncated = game.is_episode_timeout_reached() and not game.is_player_dead()
+            dead = game.is_player_dead()
+            truncated = game.is_episode_timeout_reached() and not dead
             self.episode_over = True
+            # the scenario's goal (basic's kill, deadly_corridor's vest) ends it alive
+            self.episode_end = "died" if dead else "timed out" if truncated else "ended alive"
             if truncated:
                 # The engine has no frame once the episode is over. A trainer that
                 # bootstraps a time-limit cut (truncation_bootstrap, off for doom
