@@ -443,3 +443,24 @@ def test_scenario_results_merge_by_scenario(tmp_path):
     sc.save([{"scenario": "my_way_home", "v": 2}], out)
     assert [(r["scenario"], r["v"]) for r in sc.load(out)] == [("basic", 1), ("my_way_home", 2)]
     assert sorted(os.listdir(out)) == ["results.json"]
+
+
+def test_scenario_random_play_uses_the_actions_the_defaults_train_with(monkeypatch):
+    """Random play is uniform over the actions the agent would have: 54
+    combinations on deadly_corridor (its default), 3 buttons on basic."""
+    pytest.importorskip("vizdoom")
+    import a3c_core.envs as envs
+
+    sc = _load_bench("scenarios")
+    seen, real = {}, envs.make_env
+
+    def spy(env_id, **kw):
+        env = real(env_id, **kw)
+        seen[env_id] = env.n_actions
+        return env
+
+    monkeypatch.setattr(envs, "make_env", spy)
+    for scenario in ("deadly_corridor", "basic"):
+        mean, std = sc.random_policy_average(scenario, 1)
+        assert np.isfinite(mean) and std == 0.0
+    assert seen == {"doom:deadly_corridor": 54, "doom:basic": 3}
