@@ -1,7 +1,7 @@
 """``a3c plot``: learning curves of one or more run directories as one PNG.
 
 Reads a run directory's ``episodes.csv`` (``episode,wall_time,step,worker,
-return,length``; raw returns) and ``metrics.csv`` (``wall_time,step,name,
+return,length,end``; raw returns) and ``metrics.csv`` (``wall_time,step,name,
 value``) and draws, against agent steps (left) and wall-clock seconds (right):
 the episode returns (dots) with their moving average (line), then one row per
 loss term (``losses/*``). Several runs are overlaid, one colour each. Reading

@@ -207,7 +207,7 @@ def _train(fused, settings, rollouts=40):
     shared = SharedState(net.params.copy(), make_optimizer("adam", net.n_params, lr=1e-3))
     episodes = []
     store = ThreadStore(shared, ReturnNormalizer(0.99),
-                        lambda w, r, n, i: episodes.append((r, n)), AdvantageNormalizer())
+                        lambda w, r, n, i, **_: episodes.append((r, n)), AdvantageNormalizer())
     w = Worker(0, env, net, pipe, store, settings, np.random.default_rng(11), fused_act=fused)
     assert (w.actor is not None) == fused
     lengths = [w.rollout()[0] for _ in range(rollouts)]

@@ -136,6 +136,7 @@ def test_truncation_by_frame_limit():
         steps = [env.step(0) for _ in range(25)]
         assert [s[3] for s in steps] == [False] * 24 + [True]
         assert not any(s[2] for s in steps) and env.episode_over
+        assert env.episode_end == "truncated"
 
 
 def test_life_loss_as_terminal_continues_the_game():
@@ -151,13 +152,13 @@ def test_life_loss_as_terminal_continues_the_game():
             _, _, term, trunc = env.step(actions[i])
             i += 1
             if not (term or trunc):
-                assert not env.episode_over
+                assert not env.episode_over and env.episode_end is None
                 continue
             if env.episode_over:
-                assert term and env._ale.game_over()
+                assert term and env._ale.game_over() and env.episode_end == "terminated"
                 break
             # a mere life loss: terminal for learning, the game goes on
-            assert term and env.lives() == lives - 1
+            assert term and env.lives() == lives - 1 and env.episode_end is None
             life_losses += 1
             frame = env._ale.getEpisodeFrameNumber()
             env.reset()

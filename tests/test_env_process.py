@@ -16,11 +16,11 @@ gymnasium = pytest.importorskip("gymnasium")
 def rollout(env, actions, episodes=1):
     out, i = [], 0
     for _ in range(episodes):
-        out.append((env.reset().copy(), None, False, False, env.episode_over))
+        out.append((env.reset().copy(), None, False, False, env.episode_over, env.episode_end))
         while True:
             obs, r, term, trunc = env.step(actions[i % len(actions)])
             i += 1
-            out.append((obs.copy(), r, term, trunc, env.episode_over))
+            out.append((obs.copy(), r, term, trunc, env.episode_over, env.episode_end))
             if term or trunc:
                 break
     return out
@@ -60,9 +60,13 @@ def test_proc_env_matches_in_process_env(cartpole_proc):
         expected = rollout(local, actions, episodes=3)
     got = rollout(env, actions, episodes=3)
     assert_same(got, expected)
-    # episode_over: False during an episode, True after its last step
-    assert [e for *_, e in got] == [e for *_, e in expected]
+    # episode_over: False during an episode, True after its last step;
+    # episode_end: None until then, the word of how it ended after it
+    assert [e[4:] for e in got] == [e[4:] for e in expected]
     assert got[-1][4] is True and got[1][4] is False
+    ends = [e[5] for e in got if e[2] or e[3]]
+    assert len(ends) == 3 and set(ends) <= {"terminated", "truncated"}
+    assert all(e[5] is None for e in got if not (e[2] or e[3]))
 
 
 def test_proc_env_observations_are_read_only_and_stay_valid_one_step(cartpole_proc):
@@ -158,7 +162,8 @@ def test_doom_and_render_through_a_process():
         assert env.spec() == local.spec()
         got = rollout(env, actions)
         frame = env.render_frame()
-    assert_same(got, expected)
+    assert_same(got, expected)          # (the end of the episode, "timed out", included)
+    assert got[-1][5] == "timed out" and got[-2][5] is None
     assert frame.shape == (120, 160, 3) and frame.dtype == np.uint8
     np.testing.assert_array_equal(frame, frame_local)
 

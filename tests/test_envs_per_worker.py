@@ -144,7 +144,7 @@ def _train(fused, K, settings, adv_norm, rollouts=25):
     shared = SharedState(net.params.copy(), make_optimizer("adam", net.n_params, lr=1e-3))
     episodes = []
     rn = ReturnNormalizer(0.99)
-    store = ThreadStore(shared, rn, lambda w, r, n, i: episodes.append((r, n)), adv_norm)
+    store = ThreadStore(shared, rn, lambda w, r, n, i, **_: episodes.append((r, n)), adv_norm)
     w = Worker(0, envs, net, pipe, store, settings, np.random.default_rng(11),
                fused_targets=fused)
     assert (w._stats is not None) == fused
@@ -181,7 +181,7 @@ def test_one_env_in_a_list_is_the_single_env_worker_bit_for_bit():
     rn = ReturnNormalizer(0.99)
     episodes = []
     w = Worker(0, env, net, ObsPipeline(env.preprocess_spec, env.obs_shape),
-               ThreadStore(shared, rn, lambda *e: episodes.append(e[1:3]), AdvantageNormalizer()),
+               ThreadStore(shared, rn, lambda *e, **_: episodes.append(e[1:3]), AdvantageNormalizer()),
                s, np.random.default_rng(11))
     lengths = [w.rollout()[0] for _ in range(25)]
     assert lengths == a[1] and episodes == a[2]

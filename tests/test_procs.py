@@ -65,6 +65,9 @@ def test_processes_update_one_shared_state(tmp_path):
     assert [int(r["episode"]) for r in rows] == list(range(1, res.episodes + 1))
     assert {r["worker"] for r in rows} == {"0", "1"}
     assert sum(int(r["length"]) for r in rows) <= res.steps
+    # how each ended, sent by the worker process: CartPole's time limit is 500 steps
+    assert all(r["end"] == ("truncated" if int(r["length"]) == 500 else "terminated")
+               for r in rows)
     # each row has the step and time its episode ended (sent by its worker,
     # not read when the trainer drains the pipes, up to a tick later): at
     # the end of an episode the shared count holds every step of the

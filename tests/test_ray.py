@@ -213,6 +213,9 @@ def test_ray_run_learns_cartpole(cluster, tmp_path):
     # both nodes' workers wrote into the one episodes.csv
     rows = (run / "episodes.csv").read_text().splitlines()[1:]
     assert {r.split(",")[3] for r in rows} == {"0", "1"}
+    # how each ended, from the nodes: CartPole ends at 500 steps by its time limit
+    assert all(r.split(",")[6] == ("truncated" if r.split(",")[5] == "500" else "terminated")
+               for r in rows)
     assert len(rows) == summary["episodes"]
     from a3c_core.checkpoint import load_checkpoint
 
@@ -396,7 +399,7 @@ def test_driver_restarts_a_node_whose_new_instance_answered_a_poll():
     slot.status, slot.core_offset = "running", 1
     slot.last = {"steps": 5000, "updates": 250, "skipped": 0}
     tr.shared.add_steps(9000)
-    fresh = {"steps": 0, "updates": 0, "skipped": 0, "episodes": [(1, 10.0, 10)],
+    fresh = {"steps": 0, "updates": 0, "skipped": 0, "episodes": [(1, 10.0, 10, "terminated")],
              "losses": np.zeros(6), "consecutive_skips": 0, "sync": {}, "errors": [],
              "alive": False, "started": False}
     be._absorb(slot, fresh)

@@ -293,7 +293,7 @@ class SpyStore(ThreadStore):
         self.episodes = []
         self.merged = []
 
-    def record_episode(self, wid, ret, length, intrinsic=None):
+    def record_episode(self, wid, ret, length, intrinsic=None, end=None):
         self.episodes.append((ret, length, intrinsic))
 
     def intrinsic_scale(self, returns):

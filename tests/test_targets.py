@@ -119,7 +119,7 @@ def _train(fused, settings, adv_norm, reward_norm=True, rollouts=40):
     shared = SharedState(net.params.copy(), make_optimizer("adam", net.n_params, lr=1e-3))
     episodes = []
     rn = ReturnNormalizer(0.99) if reward_norm else None
-    store = ThreadStore(shared, rn, lambda w, r, n, i: episodes.append((r, n)), adv_norm)
+    store = ThreadStore(shared, rn, lambda w, r, n, i, **_: episodes.append((r, n)), adv_norm)
     w = Worker(0, env, net, pipe, store, settings, np.random.default_rng(11),
                fused_targets=fused)
     assert (w._stats is not None) == fused

@@ -35,6 +35,10 @@ def test_cli_train_eval_resume_doom(tmp_path, monkeypatch, capsys):
     assert ck.meta["network"]["name"] == "doom-lstm"
     eps = _episodes(run)
     assert len(eps) >= 1 and all(-500 < float(e["return"]) < 150 for e in eps)  # raw, unscaled
+    # how each ended: basic has no death; an episode shorter than its timeout
+    # (300 tics, 75 steps of 4) ended with the kill
+    assert {e["end"] for e in eps} <= {"ended alive", "timed out"}
+    assert all(e["end"] == "ended alive" for e in eps if int(e["length"]) < 75)
     with open(os.path.join(run, "metrics.csv")) as fh:
         names = {row["name"] for row in csv.DictReader(fh)}
     assert "charts/episodic_return" in names
@@ -162,11 +166,11 @@ def test_worker_exception_stops_run_and_checkpoints(tmp_path, monkeypatch):
     calls = {"n": 0}
     real = trainer.store.on_episode
 
-    def flaky(wid, ret, length, index):
+    def flaky(*args, **kw):
         calls["n"] += 1
         if calls["n"] == 3:
             raise RuntimeError("simulated worker crash")
-        return real(wid, ret, length, index)
+        return real(*args, **kw)
 
     trainer.store.on_episode = flaky
     with pytest.raises(TrainingError) as ei:
@@ -242,9 +246,9 @@ def test_workers_are_pinned_and_main_thread_is_not(tmp_path):
     seen = {}
     real = trainer.store.on_episode
 
-    def record(wid, ret, length, index):
+    def record(wid, *args, **kw):
         seen[wid] = os.sched_getaffinity(0)
-        return real(wid, ret, length, index)
+        return real(wid, *args, **kw)
 
     trainer.store.on_episode = record
     trainer.run()
@@ -485,10 +489,10 @@ def test_checkpoint_counts_only_episodes_whose_rows_are_on_disk(tmp_path):
         inside, release = threading.Event(), threading.Event()
         report = tr.store.on_episode
 
-        def slow_report(*args):
+        def slow_report(*args, **kw):
             inside.set()
             release.wait(10)
-            report(*args)
+            report(*args, **kw)
         tr.store.on_episode = slow_report
         th = threading.Thread(target=tr.store.record_episode, args=(0, 1.0, 5))
         th.start()

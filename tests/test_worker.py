@@ -99,7 +99,7 @@ class RecordingStore(Store):
         self.steps += n
         return self.steps
 
-    def record_episode(self, wid, ret, length):
+    def record_episode(self, wid, ret, length, intrinsic=None, end=None):
         self.episodes.append((ret, length))
 
     def reward_scale(self, returns):
@@ -221,7 +221,7 @@ def test_thread_store_is_hogwild_on_shared_state_and_counts_skips():
     net = build_network("mlp", (2,), 2, hidden=(8,), seed=0)
     shared = SharedState(net.params, make_optimizer("sgd", net.n_params, lr=0.1))
     got = []
-    store = ThreadStore(shared, ReturnNormalizer(0.99), lambda *a: got.append(a))
+    store = ThreadStore(shared, ReturnNormalizer(0.99), lambda *a, **k: got.append((a, k)))
     g = np.ones(net.n_params, np.float32)
     store.apply(g, 0.0)
     np.testing.assert_allclose(shared.params, net.params - 0.1, rtol=1e-6)
@@ -236,7 +236,9 @@ def test_thread_store_is_hogwild_on_shared_state_and_counts_skips():
     store.pull(local)
     np.testing.assert_array_equal(local, shared.params)
     store.record_episode(1, 5.0, 7)
-    assert got == [(1, 5.0, 7, 1)]
+    store.record_episode(0, -1.0, 3, end="died")
+    assert got == [((1, 5.0, 7, 1), {"intrinsic": None, "end": None}),
+                   ((0, -1.0, 3, 2), {"intrinsic": None, "end": "died"})]
 
 
 def test_worker_run_stops_at_total_steps_and_on_event():

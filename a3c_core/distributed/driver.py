@@ -340,9 +340,9 @@ class RayBackend(Backend):
             self.trainer.shared.add_updates(d_upd)
         if d_skip:
             self.trainer.shared.add_skipped_updates(d_skip)
-        for wid, ret, length in r["episodes"]:
+        for wid, ret, length, end in r["episodes"]:
             idx = self.trainer.shared.add_episodes(1)
-            self.trainer._on_episode(wid, ret, length, idx)
+            self.trainer._on_episode(wid, ret, length, idx, end=end)
         s.loss_now = np.asarray(r["losses"], np.float64)
         s.sync = r["sync"]
         s.consecutive_skips = r["consecutive_skips"]

@@ -74,9 +74,9 @@ class NodeStore(ThreadStore):
         self.global_base = 0      # global steps at the driver's last poll
         self.local_base = 0       # local steps at that time
 
-    def _queue_episode(self, wid, ret, length, index):
+    def _queue_episode(self, wid, ret, length, index, intrinsic=None, end=None):
         with self._elock:
-            self.episodes.append((int(wid), float(ret), int(length)))
+            self.episodes.append((int(wid), float(ret), int(length), end))
 
     def drain(self):
         with self._elock:
@@ -189,7 +189,7 @@ class Node:
 
     def poll(self, global_steps=None):
         """Cumulative counters of this node's life, and the episodes since the
-        last poll: ``{"steps", "updates", "skipped", "episodes": [(wid, ret, len)],
+        last poll: ``{"steps", "updates", "skipped", "episodes": [(wid, ret, len, end)],
         "losses": (6,) float64, "consecutive_skips", "sync": {...}, "errors",
         "alive": bool, "started": bool}``.  ``started`` is False in an actor
         that Ray restarted and that has not been told to :meth:`start` yet

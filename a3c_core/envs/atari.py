@@ -256,6 +256,7 @@ class AtariEnv(Env):
         if over:
             terminated = ale.game_over(with_truncation=False)
             self.episode_over = True
+            self.episode_end = "terminated" if terminated else "truncated"
             return obs, float(reward), terminated, not terminated
         if self.terminal_on_life_loss:
             lives = ale.lives()
@@ -269,6 +270,7 @@ class AtariEnv(Env):
         """New game (with 1..noop_max no-op frames), or after a life-loss
         terminal the same game continued by one no-op step."""
         self.episode_over = False
+        self.episode_end = None
         if self._continue:
             self._continue = False
             obs, _, over = self._skip(self._noop)

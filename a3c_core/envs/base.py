@@ -25,6 +25,11 @@ import signal
 IMAGE_PREPROCESS = {"kind": "image", "out_shape": [84, 84], "crop": None}
 VECTOR_PREPROCESS = {"kind": "vector"}
 
+#: the words :attr:`Env.episode_end` takes: a Doom env's three, then the
+#: ``terminated``/``truncated`` of envs that cannot tell more (a worker
+#: process sends the index, training logs the word in episodes.csv)
+EPISODE_ENDS = ("died", "timed out", "ended alive", "terminated", "truncated")
+
 
 class Env:
     """Base class of the env adapters (:class:`~a3c_core.envs.doom.DoomEnv`,
@@ -54,11 +59,11 @@ class Env:
       that is shaping added for learning (a Doom env's ``health_reward``),
       not the task's own reward; callers that report scores subtract it.
       Default 0.
-    * ``episode_end`` (str or None): how the last episode ended, where the
-      env can tell more than ``terminated``/``truncated`` do (a Doom env:
-      ``"died"``, ``"timed out"`` or ``"ended alive"``, the last being the
-      goal in every shipped scenario that has one); None while an episode
-      runs and for envs that cannot tell.
+    * ``episode_end`` (str or None): how the last whole episode ended, one
+      of :data:`EPISODE_ENDS`: a Doom env tells ``"died"``, ``"timed out"``
+      or ``"ended alive"`` (the last is the goal in every shipped scenario
+      that has one); Gymnasium and Atari envs tell ``"terminated"`` or
+      ``"truncated"`` (a time limit). None while an episode runs.
     """
 
     env_id: str

@@ -181,6 +181,7 @@ class GymEnv(Env):
 
     def reset(self):
         self.episode_over = False
+        self.episode_end = None
         if self._needs_seed:
             self._needs_seed = False
             obs, _ = self._env.reset(seed=self.seed)
@@ -198,6 +199,7 @@ class GymEnv(Env):
             total += float(reward)
             if terminated or truncated:
                 self.episode_over = True
+                self.episode_end = "terminated" if terminated else "truncated"
                 break
         return self._convert(obs), total, bool(terminated), bool(truncated)
 

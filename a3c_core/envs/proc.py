@@ -14,7 +14,9 @@ Wire protocol (one Unix stream socket, little-endian structs):
 * reply ``_REP`` = (status ``u8``, flags ``u8``, obs slot ``u16``, payload
   length ``u32``, reward ``f64``, the env's ``episode_shaping`` ``f64``) then
   ``payload`` bytes (pickles, only for
-  hello/render/errors). Flags: 1 terminated, 2 truncated, 4 episode_over.
+  hello/render/errors). Flags: 1 terminated, 2 truncated, 4 episode_over;
+  bits 3-5 the env's ``episode_end``: 0 for None, else 1 + its index in
+  :data:`~a3c_core.envs.base.EPISODE_ENDS`.
 * observations: a memfd mapped by both sides holding two obs slots; the child
   alternates slots, so the obs returned by one call stays valid through the
   next call (read-only views, never reallocated).
@@ -49,13 +51,15 @@ import weakref
 
 import numpy as np
 
-from .base import Env, sigint_blocked
+from .base import EPISODE_ENDS, Env, sigint_blocked
 
 _REQ = struct.Struct("<Bxxxi")
 _REP = struct.Struct("<BBHIdd")
 CMD_STEP, CMD_RESET, CMD_RENDER, CMD_CLOSE = 1, 2, 3, 4
 ST_OK, ST_ERR = 0, 1
 F_TERM, F_TRUNC, F_OVER = 1, 2, 4
+_END_SHIFT, _END_MASK = 3, 7
+_ENDS = (None,) + EPISODE_ENDS
 
 #: Seconds allowed for the child to import and build its env.
 START_TIMEOUT = 120.0
@@ -221,12 +225,14 @@ class ProcEnv(Env):
     # -- the protocol ----------------------------------------------------------
     def reset(self):
         self._call(CMD_RESET, 0, "reset()")
+        self.episode_end = None
         return self._obs[self._slot]
 
     def step(self, action):
         if not 0 <= action < self.n_actions:
             self._raise_bad_action(action)
         flags = self._call(CMD_STEP, int(action), "step()")
+        self.episode_end = _ENDS[(flags >> _END_SHIFT) & _END_MASK]
         return self._obs[self._slot], self._reward, bool(flags & F_TERM), bool(flags & F_TRUNC)
 
     def _call(self, cmd, arg, what):
@@ -412,6 +418,15 @@ def _child_send_error(sock, exc):
         sys.exit(0)
 
 
+def _end_code(end):
+    """``episode_end`` as the flag bits carry it (0: None or a word not in
+    EPISODE_ENDS, which the parent then reads as None)."""
+    try:
+        return _ENDS.index(end)
+    except ValueError:
+        return 0
+
+
 def _child_serve(sock, env):
     dtype, shape = np.dtype(env.obs_dtype), tuple(env.obs_shape)
     n = int(np.prod(shape)) * dtype.itemsize
@@ -453,7 +468,8 @@ def _child_serve(sock, env):
                 slot ^= 1
                 slots[slot][...] = obs
                 flags = (F_TERM if term else 0) | (F_TRUNC if trunc else 0) | (
-                    F_OVER if getattr(env, "episode_over", term or trunc) else 0)
+                    F_OVER if getattr(env, "episode_over", term or trunc) else 0) | (
+                    _end_code(getattr(env, "episode_end", None)) << _END_SHIFT)
                 sock.sendall(pack(ST_OK, flags, slot, 0, float(reward),
                                   float(getattr(env, "episode_shaping", 0.0))))
             elif cmd == CMD_RESET:

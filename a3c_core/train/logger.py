@@ -8,8 +8,11 @@ window), ``charts/reward_scale`` (when rewards are normalized),
 ``losses/grad_norm``, ``losses/skipped_updates``.
 
 * ``metrics.csv``: ``wall_time,step,name,value`` (one row per scalar);
-* ``episodes.csv``: ``episode,wall_time,step,worker,return,length`` with raw
-  (unscaled) episode returns.
+* ``episodes.csv``: ``episode,wall_time,step,worker,return,length,end`` with
+  raw (unscaled) episode returns; ``end`` says how the episode ended (the
+  env's :attr:`~a3c_core.envs.base.Env.episode_end`: ``died``, ``timed out``
+  or ``ended alive`` for Doom, ``terminated`` or ``truncated`` for Gymnasium
+  and Atari; empty where the env does not tell).
 
 TensorBoard's per-episode points (``charts/episodic_return`` and
 ``charts/episodic_length``) are written by :meth:`MetricsLogger.flush` (the
@@ -23,7 +26,9 @@ points, evenly spread over them (TensorBoard's own UI keeps a sample of
 On resume (``resume_at=(steps, episodes)`` of the checkpoint) both files are
 first cut back to what the checkpoint covers: rows written after it (the
 run went on, then was killed) and a torn last line are dropped, so the
-resumed run continues the counters without duplicates.
+resumed run continues the counters without duplicates. A file written
+before a column was added (an ``episodes.csv`` without ``end``) is brought
+to the current header then, its old rows keeping an empty cell.
 """
 from __future__ import annotations
 
@@ -33,12 +38,23 @@ import sys
 import threading
 
 METRICS_HEADER = ["wall_time", "step", "name", "value"]
-EPISODES_HEADER = ["episode", "wall_time", "step", "worker", "return", "length"]
+EPISODES_HEADER = ["episode", "wall_time", "step", "worker", "return", "length", "end"]
+
+
+def _file_header(path):
+    """The first line of the CSV file ``path`` as a list (None: no file or no line)."""
+    if not os.path.exists(path):
+        return None
+    with open(path, newline="") as fh:
+        first = fh.readline()
+    return next(csv.reader([first]), None) if first.endswith("\n") else None
 
 
 def _truncate_csv(path, header, keep):
     """Rewrite ``path`` keeping the header and the complete rows for which
-    ``keep(row_dict)`` is true (atomically: temp file + rename)."""
+    ``keep(row_dict)`` is true (atomically: temp file + rename). A file whose
+    own header is an older ``header`` (columns since added at the end) is
+    rewritten with ``header``, its rows' new cells empty."""
     if not os.path.exists(path):
         return
     with open(path, newline="") as fh:
@@ -46,13 +62,18 @@ def _truncate_csv(path, header, keep):
     lines = text.split("\n")
     if lines and lines[-1] != "":  # no final newline: the last line is torn
         lines = lines[:-1]
+    own = next(csv.reader(lines[:1]), None) or header
+    if own != header[:len(own)]:
+        raise ValueError(f"{path}: its header {','.join(own)} is not this version's "
+                         f"({','.join(header)}) nor an older one")
+    pad = [""] * (len(header) - len(own))
     kept = []
     for row in csv.reader(lines[1:]):
-        if len(row) != len(header):
+        if len(row) != len(own):
             continue
         try:
-            if keep(dict(zip(header, row))):
-                kept.append(row)
+            if keep(dict(zip(own, row))):
+                kept.append(row + pad)
         except ValueError:  # an unparsable (torn) row
             continue
     tmp = path + ".tmp"
@@ -77,6 +98,8 @@ class MetricsLogger:
             steps, episodes = int(resume_at[0]), int(resume_at[1])
             _truncate_csv(m_path, METRICS_HEADER, lambda r: int(r["step"]) <= steps)
             _truncate_csv(e_path, EPISODES_HEADER, lambda r: int(r["episode"]) <= episodes)
+        elif _file_header(e_path) not in (None, EPISODES_HEADER):
+            _truncate_csv(e_path, EPISODES_HEADER, lambda r: True)   # an older file: upgrade
         new_m = not os.path.exists(m_path)
         new_e = not os.path.exists(e_path)
         self._mf = open(m_path, "a", newline="")
@@ -109,9 +132,10 @@ class MetricsLogger:
             if self._tb is not None:
                 self._tb.add_scalar(name, float(value), step)
 
-    def episode(self, index, wall_time, step, worker, ret, length) -> None:
+    def episode(self, index, wall_time, step, worker, ret, length, end=None) -> None:
         with self._lock:
-            self._e.writerow([index, f"{wall_time:.3f}", step, worker, f"{ret:.6g}", length])
+            self._e.writerow([index, f"{wall_time:.3f}", step, worker, f"{ret:.6g}", length,
+                              end or ""])
             self._m.writerow([f"{wall_time:.3f}", step, "charts/episodic_return", f"{ret:.6g}"])
             self._m.writerow([f"{wall_time:.3f}", step, "charts/episodic_length", length])
             if self._tb is not None:

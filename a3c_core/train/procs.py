@@ -165,11 +165,11 @@ class ProcStore(ThreadStore):
             self.scalars[S_STEPS] += int(n)
             return int(self.scalars[S_STEPS])
 
-    def record_episode(self, wid, raw_return, length, intrinsic=None):
+    def record_episode(self, wid, raw_return, length, intrinsic=None, end=None):
         # with the global step and the time it ended (the trainer logs it later)
         self.conn.send(("episode", wid, float(raw_return), int(length),
                         int(self.scalars[S_STEPS]), time.perf_counter(),
-                        None if intrinsic is None else float(intrinsic)))
+                        None if intrinsic is None else float(intrinsic), end))
 
     def reward_scale(self, returns):
         with self.plock:
@@ -357,12 +357,9 @@ class ProcessBackend(Backend):
                 del self._conns[r]
                 r.close()
         episodes.sort(key=lambda m: m[5])       # the workers' episodes in the order they ended
-        for _, wid, ret, length, step, when, intrinsic in episodes:
+        for _, wid, ret, length, step, when, intrinsic, end in episodes:
             self._ended = step, when
-            if intrinsic is None:
-                t.store.record_episode(wid, ret, length)
-            else:
-                t.store.record_episode(wid, ret, length, intrinsic=intrinsic)
+            t.store.record_episode(wid, ret, length, intrinsic=intrinsic, end=end)
 
     def episode_stamp(self):
         """The step and time the worker sent with the episode being recorded."""

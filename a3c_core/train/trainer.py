@@ -485,14 +485,14 @@ class Trainer:
     def moving_avg(self):
         return self.rewards.averages()[0]
 
-    def _on_episode(self, wid, ret, length, index, intrinsic=None):
+    def _on_episode(self, wid, ret, length, index, intrinsic=None, end=None):
         step, wall = self.backend.episode_stamp()
-        self.log_episode(wid, ret, length, index, step, wall, intrinsic)
+        self.log_episode(wid, ret, length, index, step, wall, intrinsic, end)
 
-    def log_episode(self, wid, ret, length, index, step, wall, intrinsic=None):
+    def log_episode(self, wid, ret, length, index, step, wall, intrinsic=None, end=None):
         self.rewards.add(ret)
         if self.logger is not None:
-            self.logger.episode(index, wall, step, wid, ret, length)
+            self.logger.episode(index, wall, step, wid, ret, length, end)
         if intrinsic is not None:       # exploration on: the episode's mean bonus per step
             self.intrinsic.add(intrinsic)
             if self.logger is not None:

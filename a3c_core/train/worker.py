@@ -12,7 +12,9 @@ other workers goes through a :class:`Store` with these operations:
   refreshes it with the new global values in the same pass, and the worker
   then skips the next ``pull`` (one sweep over the arrays instead of two);
 * ``add_steps(n) -> total`` - count agent steps; ``steps`` reads the total;
-* ``record_episode(wid, raw_return, length)`` - report a finished episode;
+* ``record_episode(wid, raw_return, length, intrinsic=None, end=None)`` -
+  report a finished episode (``end``: the env's
+  :attr:`~a3c_core.envs.base.Env.episode_end`, how it ended);
 * ``reward_scale(returns) -> scale`` - merge the rollout's discounted returns
   into the running statistics and return the current reward scale (only
   called when rewards are normalized, see :mod:`a3c_core.core.normalize`);
@@ -174,7 +176,7 @@ class Store:
     def add_steps(self, n) -> int:
         raise NotImplementedError
 
-    def record_episode(self, wid, raw_return, length) -> None:
+    def record_episode(self, wid, raw_return, length, intrinsic=None, end=None) -> None:
         raise NotImplementedError
 
     def reward_scale(self, returns) -> float:
@@ -204,9 +206,10 @@ class ThreadStore(Store):
     """In-process store: Hogwild on a :class:`~a3c_core.core.SharedState`.
 
     ``normalizer`` (a :class:`~a3c_core.core.normalize.ReturnNormalizer` or
-    None) provides the reward scale; ``on_episode(wid, ret, length, index)``
-    is called for every finished episode.  ``consecutive_skips`` counts
-    non-finite updates in a row (reset by an applied one).
+    None) provides the reward scale; ``on_episode(wid, ret, length, index,
+    intrinsic=, end=)`` is called for every finished episode.
+    ``consecutive_skips`` counts non-finite updates in a row (reset by an
+    applied one).
     """
 
     syncs_on_apply = True
@@ -241,14 +244,12 @@ class ThreadStore(Store):
     def add_steps(self, n):
         return self.shared.add_steps(n)
 
-    def record_episode(self, wid, raw_return, length, intrinsic=None):
+    def record_episode(self, wid, raw_return, length, intrinsic=None, end=None):
         with self.episode_lock:
             idx = self.shared.add_episodes(1)
             if self.on_episode is not None:
-                if intrinsic is None:
-                    self.on_episode(wid, raw_return, length, idx)
-                else:       # (exploration on: the episode's mean bonus per step)
-                    self.on_episode(wid, raw_return, length, idx, intrinsic=intrinsic)
+                # intrinsic: with exploration on, the episode's mean bonus per step
+                self.on_episode(wid, raw_return, length, idx, intrinsic=intrinsic, end=end)
 
     def reward_scale(self, returns):
         return self.normalizer.update(returns)
@@ -523,12 +524,12 @@ class Worker:
             # the score is the task's own: without the env's reward shaping
             # (a shaped Doom env's health_reward), which only the learning sees
             score = self.ep_return - getattr(self.env, "episode_shaping", 0.0)
-            if self.rnd is None:
-                self.store.record_episode(self.wid, score, self.ep_length)
-            else:
-                self.store.record_episode(self.wid, score, self.ep_length,
-                                          intrinsic=self.ep_intrinsic / max(self.ep_length, 1))
+            intrinsic = None
+            if self.rnd is not None:
+                intrinsic = self.ep_intrinsic / max(self.ep_length, 1)
                 self.ep_intrinsic = 0.0
+            self.store.record_episode(self.wid, score, self.ep_length, intrinsic=intrinsic,
+                                      end=getattr(self.env, "episode_end", None))
             if self.s.merge_below > 0:
                 self._track_length(self.ep_length)
             self.ep_return, self.ep_length = 0.0, 0
