@@ -136,10 +136,6 @@ def _run_trainer(trainer, cfg, TrainingError):
     if health:
         line += (f"\nhealth reward: {health:g} x each step's HEALTH change is added to the learning "
                  f"reward (scores stay the scenario's own; --health-reward 0 turns it off)")
-    kills = trainer.plan.resolved.env_args.get("kill_reward", 0.0)
-    if kills:
-        line += (f"\nkill reward: {kills:g} x each kill is added to the learning reward "
-                 f"(scores stay the scenario's own; --kill-reward 0 turns it off)")
     from a3c_core.timing import blas_kernel_note
 
     note = blas_kernel_note()      # OpenBLAS held to AVX2 kernels on an AVX-512 CPU

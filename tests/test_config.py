@@ -114,10 +114,6 @@ def test_health_reward_is_the_health_scenarios_default_and_doom_only():
     assert _r(env="doom:defend_the_line", health_reward=0.5).env_args["health_reward"] == 0.5
     with pytest.raises(ConfigError, match="'health_reward'.*doom envs only"):
         _r("vector", env="CartPole-v1", health_reward=1.0)
-    assert _r(env="doom:deadly_corridor").env_args["kill_reward"] == 0.0
-    assert _r(env="doom:deadly_corridor", kill_reward=50.0).env_args["kill_reward"] == 50.0
-    with pytest.raises(ConfigError, match="'kill_reward'.*doom envs only"):
-        _r("vector", env="CartPole-v1", kill_reward=1.0)
 
 
 def test_action_set_is_doom_only_and_an_old_saved_run_keeps_its_buttons():
@@ -191,7 +187,6 @@ def test_net_kwargs_honour_or_reject_spec_fields():
         ("min_rollout", 2.5),
         ("health_reward", -1.0),
         ("health_reward", float("nan")),
-        ("kill_reward", -1.0),
         ("action_set", "all"),
     ],
 )

@@ -249,37 +249,6 @@ def test_doom_health_reward_adds_the_health_change_and_keeps_its_sum(env_process
         make_env("doom:basic", health_reward=float("nan"))
 
 
-@pytest.mark.parametrize("env_process", [False, True])
-def test_doom_kill_reward_pays_each_kill_and_keeps_its_sum(env_process):
-    """basic, same seed and actions with and without the shaping: episodes
-    that end alive (the monster killed) pay kill_reward more, on their last
-    step only; a timed-out episode is unchanged; episode_shaping is the sum."""
-    actions = np.random.default_rng(3).integers(0, 3, 2000).tolist()
-    with make_env("doom:basic", seed=2) as plain:
-        a = rollout(plain, actions, episodes=8)
-    with make_env("doom:basic", seed=2, kill_reward=40.0, env_process=env_process) as shaped:
-        b, shaping = [], []
-        i = 0
-        for _ in range(8):
-            b.append((shaped.reset().copy(), None, False, False))
-            while True:
-                obs, r, term, trunc = shaped.step(actions[i])
-                i += 1
-                b.append((obs.copy(), r, term, trunc))
-                if term or trunc:
-                    shaping.append((shaped.episode_end, shaped.episode_shaping))
-                    break
-    assert len(a) == len(b)
-    diff = np.array([(rb or 0.0) - (ra or 0.0) for (_, ra, *_), (_, rb, *_) in zip(a, b)])
-    kills = [k for k, (_, _, term, _) in enumerate(b) if term]
-    assert kills and len(kills) < 8                 # kills and timeouts both seen
-    np.testing.assert_array_equal(np.flatnonzero(diff), kills)
-    assert (diff[kills] == 40.0).all()
-    assert shaping == [(e, 40.0 if e == "ended alive" else 0.0) for e, _ in shaping]
-    with pytest.raises(ValueError, match="kill_reward"):
-        make_env("doom:basic", kill_reward=float("inf"))
-
-
 def test_button_combos_press_at_most_one_of_each_exclusive_pair():
     from a3c_core.envs.doom import button_combos
 

@@ -291,9 +291,6 @@ class DoomEnv(Env):
             once instead of only through the death it postpones; the shaping
             summed over the episode is :attr:`episode_shaping`, which the
             trainer subtracts from the score it logs.
-        kill_reward: add ``kill_reward`` x the step's change in the
-            player's KILLCOUNT to the reward (0 = off): shaping, like
-            ``health_reward``, in :attr:`episode_shaping`.
         action_set: ``"buttons"`` (one action per cfg button, one button
             pressed at a time: the scenario as shipped) or ``"combos"``
             (:func:`button_combos`: one action per combination of a turn, a
@@ -303,17 +300,15 @@ class DoomEnv(Env):
 
     def __init__(self, scenario="basic", *, seed=0, frame_skip=None, runtime_dir=None,
                  render=False, episode_timeout=None, game_args=None, health_reward=0.0,
-                 kill_reward=0.0, action_set="buttons"):
+                 action_set="buttons"):
         vzd = import_vizdoom()
         if action_set not in ACTION_SETS:
             raise ValueError(f"action_set must be one of {', '.join(ACTION_SETS)}, got {action_set!r}")
         self.action_set = action_set
         self.health_reward = _finite("health_reward", health_reward)
-        self.kill_reward = _finite("kill_reward", kill_reward)
         self.episode_shaping = 0.0
-        self._health = self._kills = 0.0
+        self._health = 0.0
         self._health_var = vzd.GameVariable.HEALTH
-        self._kill_var = vzd.GameVariable.KILLCOUNT
         self.env_id, self.cfg_path = resolve_scenario(scenario)
         self.frame_skip = check_frame_skip(frame_skip, DEFAULT_FRAME_SKIP)
         self.seed = int(seed)
@@ -410,11 +405,9 @@ class DoomEnv(Env):
         self.episode_end = None
         game.new_episode()
         self._last_obs = self._observe(game.get_state())
-        self.episode_shaping = 0.0
         if self.health_reward:
+            self.episode_shaping = 0.0
             self._health = game.get_game_variable(self._health_var)
-        if self.kill_reward:
-            self._kills = game.get_game_variable(self._kill_var)
         return self._last_obs
 
     def step(self, action):
@@ -426,12 +419,6 @@ class DoomEnv(Env):
             health = game.get_game_variable(self._health_var)
             shaping = self.health_reward * (health - self._health)
             self._health = health
-            self.episode_shaping += shaping
-            reward += shaping
-        if self.kill_reward:
-            kills = game.get_game_variable(self._kill_var)
-            shaping = self.kill_reward * (kills - self._kills)
-            self._kills = kills
             self.episode_shaping += shaping
             reward += shaping
         if game.is_episode_finished():

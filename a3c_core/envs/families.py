@@ -70,7 +70,6 @@ class Defaults:
     entropy_beta: float = 0.01             #: the entropy bonus's coefficient
     gae_lambda: float = 1.0                #: 1 = the A3C paper's n-step returns
     health_reward: float = 0.0             #: Doom: learning reward per point of HEALTH gained
-    kill_reward: float = 0.0               #: Doom: learning reward per kill
     #: a fixed learning-reward factor (None: divide by the running std of the return)
     reward_scale: Optional[float] = None
     #: image frames resized to frame_size x frame_size (None: the env's own size)
@@ -168,7 +167,7 @@ DOOM = EnvFamily(
                       truncation_bootstrap=False,
                       network=_frozen({"image": "doom-lstm"}),
                       tuning=_frozen({"doom-lstm": IMAGE_TUNING})),
-    options=("health_reward", "kill_reward", "action_set"),
+    options=("health_reward", "action_set"),
     # no HUD shows the player's health, so a medkit changes neither the
     # reward nor anything the critic sees until the death it postpones;
     # paying for health points at once is what stopped health_gathering's
