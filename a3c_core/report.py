@@ -19,6 +19,10 @@ def final_line(res) -> str:
         line += f"no episode finished; {where}"
     else:
         line += f"final raw reward avg{res.avg_window} {res.moving_avg:.2f}"
+        if getattr(res, "episode_ends", None):
+            # how those episodes ended, where the env tells (Doom: the scenario's goal
+            # is "ended alive"; CartPole's 500 steps: "truncated")
+            line += f" ({', '.join(f'{n} {end}' for end, n in res.episode_ends.items())})"
         if res.long_avg is not None and res.long_window != res.avg_window:
             # fewer episodes than the short window (a short run, or a resume: the
             # windows start again at a resume) put the same episodes in both

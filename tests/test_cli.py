@@ -312,6 +312,24 @@ def test_final_line_gives_each_window_once():
     line = final_line(short)
     assert "final raw reward avg13 79.92 (parameters in r/latest.npz)" in line
     assert line.count("avg13") == 1
+    # how the short window's episodes ended, where the env tells
+    ends = TrainResult("r", "done", 5000, 2500, 10.0, 1109.4, "r/latest.npz", long_avg=1106.3,
+                       avg_window=100, long_window=1000,
+                       episode_ends={"died": 69, "ended alive": 31})
+    assert ("final raw reward avg100 1109.40 (69 died, 31 ended alive), avg1000 1106.30 "
+            "(parameters in r/latest.npz)") in final_line(ends)
+
+
+def test_reward_windows_count_how_the_short_windows_episodes_ended():
+    from a3c_core.train.trainer import RewardWindows
+
+    w = RewardWindows(4, 40)
+    assert w.ends() == {}
+    for end in ["died", "died", None, "ended alive", "died", "timed out", "died"]:
+        w.add(1.0, end)
+    # the last 4: "ended alive", "died", "timed out", "died" (None: the env did not tell)
+    assert w.ends() == {"died": 2, "ended alive": 1, "timed out": 1}
+    assert list(w.ends())[0] == "died"
 
 
 def test_the_run_line_names_the_backend_and_why(tmp_path):

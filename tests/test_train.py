@@ -1,4 +1,5 @@
 """Smoke tests of the real CLI and trainer with tiny budgets."""
+import collections
 import csv
 import json
 import os
@@ -39,6 +40,11 @@ def test_cli_train_eval_resume_doom(tmp_path, monkeypatch, capsys):
     # (300 tics, 75 steps of 4) ended with the kill
     assert {e["end"] for e in eps} <= {"ended alive", "timed out"}
     assert all(e["end"] == "ended alive" for e in eps if int(e["length"]) < 75)
+    # the result counts the ends of the avg100 window's episodes, as the rows say
+    summary = json.load(open(os.path.join(run, "summary.json")))
+    tail = collections.Counter(e["end"] for e in eps[-100:])
+    assert summary["episode_ends"] == dict(tail) and sum(tail.values()) == min(len(eps), 100)
+    assert "timed out" in out or "ended alive" in out
     with open(os.path.join(run, "metrics.csv")) as fh:
         names = {row["name"] for row in csv.DictReader(fh)}
     assert "charts/episodic_return" in names

@@ -62,7 +62,8 @@ class TrainResult:
 
     def __init__(self, run_dir, status, steps, episodes, seconds, moving_avg, checkpoint, *,
                  long_avg=None, best_avg=None, best_step=None, best_checkpoint=None,
-                 skipped_updates=0, signal=None, avg_window=100, long_window=0):
+                 skipped_updates=0, signal=None, avg_window=100, long_window=0,
+                 episode_ends=None):
         self.run_dir = run_dir
         self.status = status  # "done", "interrupted" or "failed"
         self.steps = steps
@@ -78,6 +79,8 @@ class TrainResult:
         self.signal = signal
         self.avg_window = avg_window        # episodes in moving_avg
         self.long_window = long_window      # episodes in long_avg
+        #: how the moving_avg window's episodes ended: {"died": 69, "ended alive": 31}
+        self.episode_ends = dict(episode_ends or {})
 
     @property
     def exit_code(self) -> int:
@@ -123,16 +126,27 @@ def _seed_of(*keys) -> int:
 
 
 class RewardWindows:
-    """Raw episode returns: short and long moving averages (thread-safe)."""
+    """Raw episode returns: short and long moving averages, and how the
+    episodes of the short window ended (thread-safe)."""
 
     def __init__(self, short, long):
         self.short = int(short)
         self._ret = collections.deque(maxlen=int(long))
+        self._ends = collections.deque(maxlen=self.short)
         self._lock = threading.Lock()
 
-    def add(self, ret):
+    def add(self, ret, end=None):
         with self._lock:
             self._ret.append(float(ret))
+            self._ends.append(end)
+
+    def ends(self) -> dict:
+        """How the short window's episodes ended (the env's
+        :attr:`~a3c_core.envs.base.Env.episode_end`), most common first;
+        episodes whose env does not tell are left out."""
+        with self._lock:
+            counts = collections.Counter(e for e in self._ends if e)
+        return dict(counts.most_common())
 
     def __len__(self):
         return len(self._ret)
@@ -490,7 +504,7 @@ class Trainer:
         self.log_episode(wid, ret, length, index, step, wall, intrinsic, end)
 
     def log_episode(self, wid, ret, length, index, step, wall, intrinsic=None, end=None):
-        self.rewards.add(ret)
+        self.rewards.add(ret, end)
         if self.logger is not None:
             self.logger.episode(index, wall, step, wid, ret, length, end)
         if intrinsic is not None:       # exploration on: the episode's mean bonus per step
@@ -709,7 +723,8 @@ class Trainer:
             best_avg=None if not np.isfinite(self.best_avg) else float(self.best_avg),
             best_step=self.best_step, best_checkpoint=best if os.path.exists(best) else None,
             skipped_updates=int(self.shared.skipped_updates), signal=sig,
-            avg_window=min(n_eps, self.cfg.reward_window), long_window=n_eps)
+            avg_window=min(n_eps, self.cfg.reward_window), long_window=n_eps,
+            episode_ends=self.rewards.ends())
 
     def _write_summary(self, result):
         d = result.to_dict()
