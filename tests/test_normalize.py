@@ -1,6 +1,7 @@
 """Return normalization: statistics against a numpy twin, checkpoint round trip,
 and the property it exists for: the learning signal does not depend on the
 reward's units."""
+import csv
 import math
 import threading
 
@@ -125,8 +126,8 @@ def test_cartpole_learns_the_same_whatever_the_reward_unit(tmp_path):
         cfg = Config(env=env, workers=1, seed=0, total_steps=40_000, quiet=True, tensorboard=False,
                      checkpoint_interval=0, run_dir=str(run), entropy_beta=0.001)
         Trainer(cfg).run()
-        with open(run / "episodes.csv") as fh:
-            lengths[env] = [int(line.rsplit(",", 1)[1]) for line in fh.read().splitlines()[1:]]
+        with open(run / "episodes.csv", newline="") as fh:
+            lengths[env] = [int(r["length"]) for r in csv.DictReader(fh)]
     base = lengths["CartPole-v1"]
     assert np.mean(base[-100:]) >= 66, np.mean(base[-100:])
     for scaled in ("scaled_envs:ScaledCartPole100-v0", "scaled_envs:ScaledCartPole001-v0"):
@@ -151,8 +152,8 @@ def test_cartpole_learns_with_cross_episode_rollouts(tmp_path):
                  t_max=20, min_rollout=20)
     tr = Trainer(cfg)
     tr.run()
-    with open(run / "episodes.csv") as fh:
-        lengths = [int(line.rsplit(",", 1)[1]) for line in fh.read().splitlines()[1:]]
+    with open(run / "episodes.csv", newline="") as fh:
+        lengths = [int(r["length"]) for r in csv.DictReader(fh)]
     assert np.mean(lengths[-100:]) >= 66, np.mean(lengths[-100:])
     assert tr.shared.updates * cfg.t_max == tr.shared.steps
 
