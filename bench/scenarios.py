@@ -12,11 +12,13 @@ actions, ``--random-episodes`` episodes); per seed one training run
 (``<out>/<scenario>-s<seed>``; a run dir that already holds a finished run
 is read, not retrained, so an interrupted suite goes on where it stopped);
 the avg100 at each ``--marks`` minute (the last 100 episodes finished by
-then) as the median and range over the seeds; the runs whose final avg100
-is below random play (collapses); the exact commands; one grid of learning
-curves (``curves.png``).  ``results.json`` and ``results.md`` (the table for
-docs/scenarios.md) go to ``--out``; a scenario run again replaces its entry
-there, the others stay.
+then) as the median and range over the seeds; how those episodes ended at
+the last mark (episodes.csv's ``end``: died, timed out, or ended alive,
+which is the goal where a scenario has one; the seeds pooled); the runs
+whose final avg100 is below random play (collapses); the exact commands;
+one grid of learning curves (``curves.png``).  ``results.json`` and
+``results.md`` (the table for docs/scenarios.md) go to ``--out``; a
+scenario run again replaces its entry there, the others stay.
 
 Runs are sequential (each uses every core: ``--workers 2`` on this machine);
 never run anything else beside it.
@@ -73,6 +75,45 @@ def read_episodes(run_dir):
     t = np.array([float(r["wall_time"]) for r in rows])
     ret = np.array([float(r["return"]) for r in rows])
     return t, ret
+
+
+def ends_by(run_dir, seconds, window=100):
+    """How the last ``window`` episodes finished by ``seconds`` ended: a count
+    per word of episodes.csv's ``end`` column (``died``, ``timed out``,
+    ``ended alive``), in :data:`a3c_core.envs.base.EPISODE_ENDS` order; empty
+    cells (episodes written before the column existed) are not counted, and a
+    run without the column gives {}."""
+    with open(os.path.join(run_dir, "episodes.csv"), newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    k = int(np.searchsorted([float(r["wall_time"]) for r in rows], seconds, side="right"))
+    counts = {}
+    for r in rows[max(0, k - window):k]:
+        if r.get("end"):
+            counts[r["end"]] = counts.get(r["end"], 0) + 1
+    return _in_order(counts)
+
+
+def _in_order(counts):
+    """``counts`` with its words in :data:`~a3c_core.envs.base.EPISODE_ENDS`
+    order (any other word after them, sorted)."""
+    from a3c_core.envs.base import EPISODE_ENDS
+
+    known = [w for w in EPISODE_ENDS if w in counts]
+    return {w: counts[w] for w in known + sorted(set(counts) - set(known))}
+
+
+def _ends_cell(runs):
+    """The seeds' avg100 windows at the last mark pooled: each end's share of
+    the episodes whose end was recorded, e.g. ``died 71 %, ended alive 29 %``;
+    ``–`` where no run recorded ends."""
+    pooled = {}
+    for run in runs:
+        for w, n in (run.get("ends") or {}).items():
+            pooled[w] = pooled.get(w, 0) + n
+    total = sum(pooled.values())
+    if not total:
+        return "–"
+    return ", ".join(f"{w} {100 * n / total:.0f} %" for w, n in _in_order(pooled).items())
 
 
 def avg_at(t, ret, seconds, window=100):
@@ -142,20 +183,22 @@ def _spread(values):
 def markdown(results):
     """The scenario table (markdown) and the commands: per scenario the random
     policy's average, Sample Factory's published figure, the avg100 at each
-    mark (median [range] over the seeds), the runs that ended below random
-    play, the seeds and the agent steps of the median run."""
+    mark (median [range] over the seeds), how the last mark's windows ended,
+    the runs that ended below random play, the seeds and the agent steps of
+    the median run."""
     marks = sorted({m for r in results for m in r["marks"]})
     head = " | ".join(f"avg100 at {m:g} min" for m in marks)
-    lines = [f"| scenario | random | Sample Factory 2 | {head} | below random at the end | seeds "
+    lines = [f"| scenario | random | Sample Factory 2 | {head} | how those episodes ended "
+             f"(at {marks[-1]:g} min, seeds pooled) | below random at the end | seeds "
              f"| agent steps (median) |",
-             "|---|---:|---:|" + "---:|" * len(marks) + "---:|---:|---:|"]
+             "|---|---:|---:|" + "---:|" * len(marks) + "---|---:|---:|---:|"]
     for r in results:
         cells = [_spread([run["avg_at"].get(f"{m:g}") for run in r["runs"]]) for m in marks]
         below = sum(1 for run in r["runs"]
                     if run["final_avg100"] is not None and run["final_avg100"] < r["random_avg"])
         steps = int(np.median([run["steps"] for run in r["runs"]])) if r["runs"] else 0
         lines.append(f"| {r['scenario']} | {r['random_avg']:,.1f} | {PUBLISHED.get(r['scenario'], '–')} "
-                     f"| {' | '.join(cells)} | {below} of {len(r['runs'])} "
+                     f"| {' | '.join(cells)} | {_ends_cell(r['runs'])} | {below} of {len(r['runs'])} "
                      f"| {','.join(str(run['seed']) for run in r['runs'])} | {steps:,} |")
     lines.append("")
     lines.append("Commands (one per seed):")
@@ -206,6 +249,7 @@ def run_summary(run_dir, seed, marks, command, wall):
     k = int(np.searchsorted(t, max(marks) * 60, side="right"))
     return {"seed": seed, "run_dir": run_dir, "command": command, "wall_s": wall,
             "steps": int(steps[k - 1]) if k else 0, "episodes": k,
+            "ends": ends_by(run_dir, max(marks) * 60),
             "final_avg100": summary.get("moving_avg"), "final_long": summary.get("long_avg"),
             # a mark past the run's end (a 10-minute run read at 30) has no figure
             "avg_at": {f"{m:g}": avg_at(t, ret, m * 60) if m * 60 <= summary.get("seconds", np.inf) + 1 else None

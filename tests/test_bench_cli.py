@@ -409,9 +409,16 @@ def test_scenario_table_reads_runs_at_marks_and_counts_runs_below_random(tmp_pat
         d = tmp_path / f"health_gathering-s{seed}"
         d.mkdir()
         with open(d / "episodes.csv", "w") as fh:
-            fh.write("episode,wall_time,step,worker,return,length\n")
+            # seed 1's run predates the end column; seed 0's wrote it from its
+            # 101st episode on (a resumed old run); seed 2's from the start
+            if seed == 1:
+                fh.write("episode,wall_time,step,worker,return,length\n")
+            else:
+                fh.write("episode,wall_time,step,worker,return,length,end\n")
             for i, r in enumerate(rets):     # one episode every 3 s: 100 by 300 s
-                fh.write(f"{i + 1},{3.0 * (i + 1):.1f},{10 * (i + 1)},0,{r},10\n")
+                end = ("" if seed == 1 else "," if seed == 0 and i < 100
+                       else ",ended alive" if r == 3.0 else ",died" if seed == 0 or i % 4 else ",timed out")
+                fh.write(f"{i + 1},{3.0 * (i + 1):.1f},{10 * (i + 1)},0,{r},10{end}\n")
         final = float(np.mean(rets[-100:]))
         (d / "summary.json").write_text(json.dumps(
             {"steps": 10 * len(rets), "episodes": len(rets), "seconds": 3.0 * len(rets) + 0.4,
@@ -430,7 +437,16 @@ def test_scenario_table_reads_runs_at_marks_and_counts_runs_below_random(tmp_pat
                           "runs": runs}])
     row = [ln for ln in table.splitlines() if ln.startswith("| health_gathering")][0]
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[3:6] == ["2.00 [1.00 – 2.00]", "2.00 [1.00 – 3.00] (2 of 3 seeds)", "2 of 3"]
+    assert cells[3:5] == ["2.00 [1.00 – 2.00]", "2.00 [1.00 – 3.00] (2 of 3 seeds)"]
+    assert cells[6] == "2 of 3"
+    # how the last mark's windows ended, counted where recorded: seed 0's
+    # last 100 all reached the goal, seed 2's 75 died and 25 timed out
+    assert [r["ends"] for r in runs] == [{"ended alive": 100}, {}, {"died": 75, "timed out": 25}]
+    assert cells[5] == "died 38 %, timed out 12 %, ended alive 50 %"
+    assert "how those episodes ended (at 10 min, seeds pooled)" in table
+    # at 5 minutes seed 0's window is its 100 episodes from before the column
+    assert sc.ends_by(str(tmp_path / "health_gathering-s0"), 300.0) == {}
+    assert sc._ends_cell([early]) == "–"
 
 
 def test_scenario_results_merge_by_scenario(tmp_path):
