@@ -26,6 +26,7 @@ never run anything else beside it.
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import json
 import os
@@ -80,40 +81,27 @@ def read_episodes(run_dir):
 def ends_by(run_dir, seconds, window=100):
     """How the last ``window`` episodes finished by ``seconds`` ended: a count
     per word of episodes.csv's ``end`` column (``died``, ``timed out``,
-    ``ended alive``), in :data:`a3c_core.envs.base.EPISODE_ENDS` order; empty
-    cells (episodes written before the column existed) are not counted, and a
-    run without the column gives {}."""
+    ``ended alive``), most common first, as the training's final line has
+    them; empty cells (episodes written before the column existed) are not
+    counted, and a run without the column gives {}."""
     with open(os.path.join(run_dir, "episodes.csv"), newline="") as fh:
         rows = list(csv.DictReader(fh))
     k = int(np.searchsorted([float(r["wall_time"]) for r in rows], seconds, side="right"))
-    counts = {}
-    for r in rows[max(0, k - window):k]:
-        if r.get("end"):
-            counts[r["end"]] = counts.get(r["end"], 0) + 1
-    return _in_order(counts)
-
-
-def _in_order(counts):
-    """``counts`` with its words in :data:`~a3c_core.envs.base.EPISODE_ENDS`
-    order (any other word after them, sorted)."""
-    from a3c_core.envs.base import EPISODE_ENDS
-
-    known = [w for w in EPISODE_ENDS if w in counts]
-    return {w: counts[w] for w in known + sorted(set(counts) - set(known))}
+    return dict(collections.Counter(r["end"] for r in rows[max(0, k - window):k]
+                                    if r.get("end")).most_common())
 
 
 def _ends_cell(runs):
     """The seeds' avg100 windows at the last mark pooled: each end's share of
-    the episodes whose end was recorded, e.g. ``died 71 %, ended alive 29 %``;
-    ``–`` where no run recorded ends."""
-    pooled = {}
+    the episodes whose end was recorded, most common first, e.g. ``died 71 %,
+    ended alive 29 %``; ``–`` where no run recorded ends."""
+    pooled = collections.Counter()
     for run in runs:
-        for w, n in (run.get("ends") or {}).items():
-            pooled[w] = pooled.get(w, 0) + n
+        pooled.update(run.get("ends") or {})
     total = sum(pooled.values())
     if not total:
         return "–"
-    return ", ".join(f"{w} {100 * n / total:.0f} %" for w, n in _in_order(pooled).items())
+    return ", ".join(f"{w} {100 * n / total:.0f} %" for w, n in pooled.most_common())
 
 
 def avg_at(t, ret, seconds, window=100):

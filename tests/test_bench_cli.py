@@ -442,7 +442,7 @@ def test_scenario_table_reads_runs_at_marks_and_counts_runs_below_random(tmp_pat
     # how the last mark's windows ended, counted where recorded: seed 0's
     # last 100 all reached the goal, seed 2's 75 died and 25 timed out
     assert [r["ends"] for r in runs] == [{"ended alive": 100}, {}, {"died": 75, "timed out": 25}]
-    assert cells[5] == "died 38 %, timed out 12 %, ended alive 50 %"
+    assert cells[5] == "ended alive 50 %, died 38 %, timed out 12 %"
     assert "how those episodes ended (at 10 min, seeds pooled)" in table
     # at 5 minutes seed 0's window is its 100 episodes from before the column
     assert sc.ends_by(str(tmp_path / "health_gathering-s0"), 300.0) == {}
