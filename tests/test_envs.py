@@ -318,6 +318,14 @@ def test_gym_truncation_passes_through():
     with make_env("CartPole-v1", seed=0, max_episode_steps=5) as env:
         steps = rollout(env, [0, 1])[1:]
     assert len(steps) == 5 and steps[-1][3] and not steps[-1][2]
+    with make_env("CartPole-v1", seed=0, max_episode_steps=5) as env:
+        env.reset()
+        for _ in range(4):
+            assert env.step(0)[2:] == (False, False) and env.episode_end is None
+        # the pole falls on the time limit's own step: Gymnasium sets both flags,
+        # and the end is the fall, so a 500-step CartPole episode can be "terminated"
+        env._env.unwrapped.state = np.array([0.0, 0.0, 0.2, 2.0])
+        assert env.step(1)[2:] == (True, True) and env.episode_end == "terminated"
 
 
 def test_gym_continuous_actions_rejected():

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from a3c_core.distributed.sync import NodeSync, shard_bounds, sync_round_ref
+from cartpole_ends import cartpole_end_fits
 
 
 # -- sync math, numpy only ------------------------------------------------------
@@ -214,8 +215,8 @@ def test_ray_run_learns_cartpole(cluster, tmp_path):
     rows = (run / "episodes.csv").read_text().splitlines()[1:]
     assert {r.split(",")[3] for r in rows} == {"0", "1"}
     # how each ended, from the nodes: CartPole ends at 500 steps by its time limit
-    assert all(r.split(",")[6] == ("truncated" if r.split(",")[5] == "500" else "terminated")
-               for r in rows)
+    assert all(cartpole_end_fits(int(r.split(",")[5]), r.split(",")[6]) for r in rows)
+    assert any(r.split(",")[6] == "truncated" for r in rows)      # avg100 >= 475 needs some
     assert len(rows) == summary["episodes"]
     from a3c_core.checkpoint import load_checkpoint
 
