@@ -136,6 +136,9 @@ def _run_trainer(trainer, cfg, TrainingError):
     if health:
         line += (f"\nhealth reward: {health:g} x each step's HEALTH change is added to the learning "
                  f"reward (scores stay the scenario's own; --health-reward 0 turns it off)")
+    if trainer.plan.resolved.self_imitation:
+        line += ("\nself-imitation: each worker replays its 16 best episodes where their return "
+                 "beats the value (--no-self-imitation turns it off)")
     from a3c_core.timing import blas_kernel_note
 
     note = blas_kernel_note()      # OpenBLAS held to AVX2 kernels on an AVX-512 CPU

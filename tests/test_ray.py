@@ -401,7 +401,7 @@ def test_driver_restarts_a_node_whose_new_instance_answered_a_poll():
     slot.last = {"steps": 5000, "updates": 250, "skipped": 0}
     tr.shared.add_steps(9000)
     fresh = {"steps": 0, "updates": 0, "skipped": 0, "episodes": [(1, 10.0, 10, "terminated")],
-             "losses": np.zeros(6), "consecutive_skips": 0, "sync": {}, "errors": [],
+             "losses": np.zeros(8), "consecutive_skips": 0, "sync": {}, "errors": [],
              "alive": False, "started": False}
     be._absorb(slot, fresh)
     assert tr.shared.steps == 9000 and tr.shared.episodes == 0

@@ -44,6 +44,7 @@ from a3c_core.distributed.options import RayOptions
 from a3c_core.distributed.sync import shard_bounds
 from a3c_core.train.backends import Backend, TrainingError
 from a3c_core.train.trainer import Trainer
+from a3c_core.train.worker import LossStats
 
 __all__ = ["RayOptions", "RayBackend", "RayTrainer", "ShardLost", "NodeLost", "train_ray"]
 
@@ -70,8 +71,8 @@ class _NodeSlot:
         # episode it reports from then on is counted after this
         self.running_since_steps = None
         self.last = {"steps": 0, "updates": 0, "skipped": 0}
-        self.loss_retired = np.zeros(6)
-        self.loss_now = np.zeros(6)
+        self.loss_retired = np.zeros(len(LossStats.FIELDS))
+        self.loss_now = np.zeros(len(LossStats.FIELDS))
         self.sync = {"rounds": 0, "seconds": 0.0, "bytes": 0, "max_seconds": 0.0}
         self.sync_retired = {"rounds": 0, "seconds": 0.0, "bytes": 0}
         self.consecutive_skips = 0
@@ -360,7 +361,7 @@ class RayBackend(Backend):
         s.status = "restarting"
         s.lost_at = time.perf_counter()
         s.loss_retired += s.loss_now
-        s.loss_now = np.zeros(6)
+        s.loss_now = np.zeros(len(LossStats.FIELDS))
         for k in ("rounds", "seconds", "bytes"):
             s.sync_retired[k] += s.sync.get(k, 0)
         s.sync = {"rounds": 0, "seconds": 0.0, "bytes": 0, "max_seconds": 0.0}
@@ -431,7 +432,7 @@ class RayBackend(Backend):
     # -- metrics ------------------------------------------------------------------
     def loss_totals(self):
         if not self.slots:
-            return np.zeros(6)
+            return np.zeros(len(LossStats.FIELDS))
         return np.sum([s.loss_retired + s.loss_now for s in self.slots], axis=0)
 
     def _sync_totals(self):

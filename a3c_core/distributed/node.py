@@ -47,7 +47,7 @@ from a3c_core.obs import ObsPipeline
 from a3c_core.train.build import build_parts, new_network, worker_offset
 from a3c_core.train.config import env_args
 from a3c_core.train.trainer import _allowed_cores, _pin_thread, _seed_of
-from a3c_core.train.worker import ThreadStore, Worker
+from a3c_core.train.worker import LossStats, ThreadStore, Worker
 from a3c_core.warmup import warm_up_network
 
 __all__ = ["Node", "NodeStore", "ShardFailure", "stat_arrays"]
@@ -190,7 +190,7 @@ class Node:
     def poll(self, global_steps=None):
         """Cumulative counters of this node's life, and the episodes since the
         last poll: ``{"steps", "updates", "skipped", "episodes": [(wid, ret, len, end)],
-        "losses": (6,) float64, "consecutive_skips", "sync": {...}, "errors",
+        "losses": (len(LossStats.FIELDS),) float64, "consecutive_skips", "sync": {...}, "errors",
         "alive": bool, "started": bool}``.  ``started`` is False in an actor
         that Ray restarted and that has not been told to :meth:`start` yet
         (a poll can reach the new instance before the driver saw the old die)."""
@@ -202,7 +202,7 @@ class Node:
         return {
             "steps": c["steps"], "updates": c["updates"], "skipped": c["skipped_updates"],
             "episodes": self.store.drain(),
-            "losses": np.sum(arrs, axis=0) if arrs else np.zeros(6),
+            "losses": np.sum(arrs, axis=0) if arrs else np.zeros(len(LossStats.FIELDS)),
             "consecutive_skips": self.store.consecutive_skips,
             "sync": dict(self.sync_stats),
             "errors": list(self.errors),

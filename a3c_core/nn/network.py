@@ -809,8 +809,9 @@ class Network:
     def record_rollout(self, obs, state=None) -> None:
         """Record the rows of a whole rollout ``obs`` ``(T, *obs_shape)`` from
         ``state`` with the batched forward (BLAS) instead of T steps: the
-        rows ``loss_and_grad`` would compute.  For tests and benchmarks; a
-        worker records with ``step(..., record=True)``."""
+        rows ``loss_and_grad`` would compute.  A worker records its
+        rollouts with ``step(..., record=True)`` and replays kept episodes
+        (self-imitation) with this."""
         obs, t_len = self._check_obs(obs)
         h0 = c0 = None
         if self.recurrent:
@@ -823,6 +824,17 @@ class Network:
         if self._rec_resets:
             self._ws[len(self.encoder)]["reset"][:] = False
         self._rec_resets = 0
+
+    def recorded_values(self) -> np.ndarray:
+        """``(T,)`` the value head over the recorded rows (after
+        :meth:`record_rollout`): what :meth:`rollout_grad`'s heads will
+        compute, up to rounding, before its targets are chosen (a
+        self-imitation update needs ``V`` to pick them)."""
+        t_len = self._rec_t
+        if t_len < 1:
+            raise RuntimeError("recorded_values: no recorded rows; call record_rollout() first")
+        _, _, top = self._recorded_rows(t_len)
+        return top @ self._p["value.weight"][0] + self._p["value.bias"][0]
 
     def _zero_recording(self, t_len) -> None:
         """Mark ``t_len`` all-zero rows as recorded, without a forward: for a

@@ -104,7 +104,8 @@ def _settings(cfg: Config, r: Resolved) -> RolloutSettings:
         bootstrap_truncated=r.truncation_bootstrap,
         normalize_advantages=r.normalize_advantages,
         min_steps=r.min_rollout, merge_below=r.merge_below,
-        exploration=cfg.exploration, exploration_scale=cfg.exploration_scale)
+        exploration=cfg.exploration, exploration_scale=cfg.exploration_scale,
+        self_imitation=r.self_imitation)
 
 
 def _as_trained(cfg: Config, r: Resolved, ckpt, env_size, notes: list) -> Resolved:

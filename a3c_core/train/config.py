@@ -135,6 +135,7 @@ class Config:
     merge_below: float = _f(8.0, "with min_rollout 0: a worker whose episodes average fewer steps than this runs rollouts across episodes (0 = off)")
     exploration: str = _f("none", "exploration bonus: none, or rnd (Random Network Distillation: an intrinsic reward for frames the agents have seen rarely, added to the learning reward; image observations only)")
     exploration_scale: float = _f(0.5, "weight of the exploration bonus (normalized by the moving RMS of the intrinsic return) against the normalized extrinsic reward, in (0, 1000]")
+    self_imitation: Optional[bool] = _f(None, "self-imitation learning (Oh et al. 2018): each worker keeps its best whole episodes and replays them, learning from the steps whose return beat the value (default: the scenario's; on for doom:deadly_corridor, else off)")
     obs_norm: Optional[bool] = _f(None, "normalize image frames by a mean frame and std measured on random play (default: the family's; on for doom and Atari)")
     obs_norm_frames: int = _f(2000, "frames of random play obs_norm measures on")
     reward_clip: Optional[float] = _f(None, "clip raw rewards to [-reward_clip, reward_clip] for learning (default: the family's; 1 for Atari, 0 = off)")
@@ -268,7 +269,8 @@ class Config:
                     normalize_advantages=r.normalize_advantages, entropy_beta=r.entropy_beta,
                     gae_lambda=r.gae_lambda, lr_anneal=r.anneal_steps > 0,
                     frame_skip=r.env_args["frame_skip"],
-                    reward_scale=r.reward_scale or 0.0, frame_size=r.frame_size)
+                    reward_scale=r.reward_scale or 0.0, frame_size=r.frame_size,
+                    self_imitation=r.self_imitation)
         if self.optimizer == "adam":
             vals["adam_amsgrad"] = r.amsgrad
         vals.update((k, r.env_args[k]) for k in DOOM_ONLY if k in r.env_args)
@@ -288,8 +290,9 @@ class Config:
         name appended to ``ignored``.  A run saved before ``lr_anneal_steps``
         existed, with ``lr_anneal`` on, keeps the schedule it trained with (to
         0 over ``total_steps``), one saved before ``merge_below`` existed the
-        paper's rollouts, one before ``obs_norm`` its unnormalized frames, and
-        one with ``cross_episode`` on its rollouts of t_max steps."""
+        paper's rollouts, one before ``obs_norm`` its unnormalized frames, one
+        before ``self_imitation`` no replays, and one with ``cross_episode``
+        on its rollouts of t_max steps."""
         known = {f.name: f for f in fields(cls)}
         d = {k.replace("-", "_"): v for k, v in d.items()}
         if saved_run:
@@ -301,6 +304,8 @@ class Config:
                 d["obs_norm"] = False
             if d.get("cross_episode") is True:
                 d["min_rollout"] = int(d.get("t_max", 20))
+            if "self_imitation" not in d:   # saved before self-imitation existed
+                d["self_imitation"] = False
             if "action_set" not in d and str(d.get("env", "doom:basic")).startswith("doom:"):
                 d["action_set"] = "buttons"     # saved before the switch: one button per action
         kwargs = {}
@@ -378,6 +383,7 @@ class Resolved:
     anneal_steps: int               #: 0: no anneal
     min_rollout: int
     merge_below: float              #: 0 where it does not apply (min_rollout > 1)
+    self_imitation: bool
     records_resets: bool            #: a rollout may hold a new segment after its first row
     n_workers: int
     worker_processes: bool
@@ -454,6 +460,7 @@ def resolve(cfg: Config, obs_kind: str = "image") -> Resolved:
         lr=float(lr), amsgrad=bool(pick(cfg.adam_amsgrad, tuning.amsgrad)),
         anneal_steps=(cfg.lr_anneal_steps or cfg.total_steps) if anneals else 0,
         min_rollout=min_rollout, merge_below=merge_below,
+        self_imitation=bool(pick(cfg.self_imitation, d.self_imitation)),
         records_resets=min_rollout > 1 or merge_below > 0 or cfg.envs_per_worker > 1,
         n_workers=n, worker_processes=processes, backend_reason=why)
 

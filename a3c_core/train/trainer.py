@@ -629,7 +629,7 @@ class Trainer:
                 tot = backend.loss_totals()
                 d = tot - prev
                 prev = tot
-                self._log_scalars(steps, sps, d)
+                self._log_scalars(steps, sps, d, tot)
                 backend.after_log(steps, now - last_log)
                 backend.guard(self._maybe_save_best)
                 if not cfg.quiet and now - last_line >= line_every:
@@ -643,7 +643,7 @@ class Trainer:
                 backend.guard(self.save, "latest")
                 first_ckpt_done, last_ckpt = True, now
 
-    def _log_scalars(self, steps, sps, d):
+    def _log_scalars(self, steps, sps, d, tot=None):
         el = self.elapsed()
         log = self.logger
         short, long_avg, _ = self.rewards.averages()
@@ -667,6 +667,14 @@ class Trainer:
                 log.scalar(f"losses/{name}", d[i] / n_upd, steps, el)
         if d[5] > 0:
             log.scalar("losses/skipped_updates", d[5], steps, el)
+        if d[6] > 0:
+            # self-imitation: episodes replayed since the last log, and the
+            # run's share of replays that beat the value somewhere (over the
+            # totals: an interval can hold an update whose replay the one
+            # before counted)
+            log.scalar("charts/sil_replays", d[6], steps, el)
+            if tot is not None:
+                log.scalar("charts/sil_update_share", tot[7] / tot[6], steps, el)
         ex = self.backend.explore_totals() if self.explore is not None else None
         if ex is not None:
             dx = ex - self._explore_prev

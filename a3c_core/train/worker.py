@@ -75,6 +75,12 @@ separate calls, :meth:`Worker._targets_separate`).  After the policy's
 to the shared predictor the same way (Hogwild, clipped, the local copy
 refreshed in the sweep).  Finished episodes are reported with their mean
 bonus per step (``record_episode(..., intrinsic=)``).
+
+Self-imitation (``RolloutSettings.self_imitation``, off by default; Oh et
+al. 2018): after the update the rollout's rows (input, action, raw reward)
+join each env's open episode; a finished one joins the worker's best
+``SIL_EPISODES`` by return, and the worker replays a row of them per row
+played (:meth:`Worker._sil_replay`), each through ``store.apply`` as well.
 """
 from __future__ import annotations
 
@@ -85,7 +91,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from a3c_core.core import gae
-from a3c_core.core.normalize import clip_into, running_returns, scale_clip_into
+from a3c_core.core.normalize import ST_SCALE, clip_into, running_returns, scale_clip_into
 from a3c_core.core.targets import BAD_ADVANTAGES, BAD_RETURNS, rollout_targets
 from a3c_core.nn.rnd import rollout_bonus
 from a3c_core.sampling import sample_categorical
@@ -130,6 +136,10 @@ class RolloutSettings:
     exploration: str = "none"
     #: the bonus's weight (it is normalized by the intrinsic return's std)
     exploration_scale: float = 0.5
+    #: self-imitation learning (Oh et al. 2018): each worker keeps its best
+    #: whole episodes and replays them through the policy where their return
+    #: beats the value (see Worker._sil_replay); False = off
+    self_imitation: bool = False
 
 
 class LossStats:
@@ -140,7 +150,8 @@ class LossStats:
     updates, which is fine for a progress line).
     """
 
-    FIELDS = ("policy_loss", "value_loss", "entropy", "grad_norm", "updates", "skipped")
+    FIELDS = ("policy_loss", "value_loss", "entropy", "grad_norm", "updates", "skipped",
+              "sil_replays", "sil_updates")
 
     def __init__(self):
         for f in self.FIELDS:
@@ -371,6 +382,7 @@ class Worker:
         self._fused_sync = bool(getattr(store, "syncs_on_apply", False))
         self._fresh = False       # net.params already hold the global params (set by apply)
         self._init_explore()
+        self._init_sil()
         # the lengths of this worker's last merge_window episodes (merge_below)
         self._lengths = np.zeros(max(int(settings.merge_window), 1), np.int64)
         self._n_lengths = 0
@@ -470,6 +482,140 @@ class Worker:
         st.intrinsic += float(bonus[:n].mean())
         st.novelty += self.rnd.last_novelty
         st.updates += 1
+
+    # -- self-imitation (SIL) ------------------------------------------------
+    #: whole episodes a worker keeps for self-imitation (its best by return)
+    SIL_EPISODES = 16
+    #: the most observation rows they may hold together (memory: rows x obs size)
+    SIL_ROWS = 2048
+    #: value-loss weight of a self-imitation update (Oh et al. 2018's beta_sil)
+    SIL_VALUE_COEF = 0.01
+
+    def _init_sil(self):
+        """With ``self_imitation``: the buffers of self-imitation learning
+        (Oh et al. 2018).  Every env's rows (the network's input, the action,
+        the raw reward) are copied out after each update until its episode
+        ends; a finished episode joins the worker's best ``SIL_EPISODES`` by
+        return (``SIL_ROWS`` rows at most).  :meth:`_sil_replay` replays them
+        through a fork of the local network (the same parameters, its own
+        gradients and scratch)."""
+        self._sil_parts = None
+        self.sil_net = None
+        if not self.s.self_imitation:
+            return
+        stats = self.store.target_stats()
+        if stats is None:
+            raise ValueError("Worker: self_imitation needs a store that exposes its normalizers' "
+                             "arrays (store.target_stats())")
+        self._sil_scales = stats
+        self.sil_net = self.net.fork()
+        self._sil_parts = []
+        self._sil_open = [[] for _ in range(self.n_envs)]   # chunks (obs, actions, rewards)
+        self._sil_open_rows = [0] * self.n_envs             # -1: too long to keep
+        self._sil_buf = []          # (return, obs, actions, raw rewards), best first
+        self._sil_credit = 0.0
+
+    def _sil_record(self, across):
+        """Copy this rollout's rows into each env's open episode; close the
+        episodes that ended."""
+        obs = self.net.recorded_obs
+        ends, ended = self._seg_end, self._seg_ended
+        for k, off, j0, j1, part_ended in self._sil_parts:
+            a0 = off
+            for j in range(j0, j1):
+                b0 = int(ends[j])
+                rows = self._sil_open_rows[k]
+                if rows >= 0 and b0 > a0:
+                    if rows + b0 - a0 > self.SIL_ROWS:
+                        self._sil_open[k] = []
+                        self._sil_open_rows[k] = -1
+                    else:
+                        self._sil_open[k].append((obs[a0:b0].copy(), self.actions[a0:b0].copy(),
+                                                  self.raw_rewards[a0:b0].copy()))
+                        self._sil_open_rows[k] = rows + b0 - a0
+                if (across and ended[j]) or (part_ended and j == j1 - 1):
+                    self._sil_close(k)
+                a0 = b0
+        self._sil_parts.clear()
+
+    def _sil_close(self, k):
+        """Env ``k``'s episode ended: keep it if it is among the best."""
+        chunks = self._sil_open[k]
+        self._sil_open[k] = []
+        self._sil_open_rows[k] = 0
+        if not chunks:
+            return
+        raw = np.concatenate([c[2] for c in chunks])
+        ret = float(raw.sum())
+        buf = self._sil_buf
+        if raw.size > self.SIL_ROWS or (len(buf) >= self.SIL_EPISODES and ret <= buf[-1][0]):
+            return
+        ep = (ret, np.concatenate([c[0] for c in chunks]), np.concatenate([c[1] for c in chunks]),
+              raw)
+        i = len(buf)
+        while i and buf[i - 1][0] < ret:
+            i -= 1
+        buf.insert(i, ep)
+        rows = sum(len(e[2]) for e in buf)
+        while len(buf) > self.SIL_EPISODES or rows > self.SIL_ROWS:
+            rows -= len(buf.pop()[2])
+
+    def _sil_targets(self, raw):
+        """An episode's discounted returns in the learning rewards' current scale."""
+        s = self.s
+        r = raw
+        if s.reward_clip > 0:
+            r = np.clip(r, -s.reward_clip, s.reward_clip)
+        if s.reward_scale is not None:
+            r = r * s.reward_scale
+        else:
+            st = self._sil_scales[0]
+            scale = float(st[ST_SCALE]) if st.size else 1.0
+            r = np.clip(r * scale, -s.norm_clip, s.norm_clip)
+        ret = np.empty(r.size, np.float64)
+        acc = 0.0
+        g = float(s.gamma)
+        for t in range(r.size - 1, -1, -1):
+            acc = float(r[t]) + g * acc
+            ret[t] = acc
+        return ret
+
+    def _sil_replay(self, n_played):
+        """Self-imitation updates worth ``n_played`` replayed rows: each
+        replays one kept episode (picked uniformly) from the zero LSTM state;
+        where its return R beats the value V, the A3C loss with returns
+        max(R, V), advantages max(R - V, 0) (scaled as the rollout's are)
+        and no entropy term; the gradient goes through ``store.apply`` like
+        the rollout's."""
+        buf = self._sil_buf
+        if not buf:
+            return
+        s, net = self.s, self.sil_net
+        self._sil_credit += n_played
+        while self._sil_credit > 0:
+            _, obs, acts, raw = buf[int(self.rng.integers(len(buf)))]
+            self._sil_credit -= len(acts)
+            self.stats.sil_replays += 1
+            R = self._sil_targets(raw)
+            # one batched forward; the backward runs over its rows
+            net.record_rollout(obs, None)
+            v = net.recorded_values().astype(np.float64)
+            adv = np.maximum(R - v, 0.0)
+            if not adv.any():
+                continue
+            if s.normalize_advantages:
+                st = self._sil_scales[2]
+                if st.size:
+                    adv *= float(st[ST_SCALE])
+            net.rollout_grad(acts, np.maximum(R, v), adv, value_coef=self.SIL_VALUE_COEF,
+                             entropy_beta=0.0)
+            if self._fused_sync:
+                _, applied = self.store.apply(net.grads, s.max_grad_norm, self.offset,
+                                              local=self.net.params)
+                self._fresh = self._fresh or applied
+            else:
+                self.store.apply(net.grads, s.max_grad_norm, self.offset)
+            self.stats.sil_updates += 1
 
     def _use(self, k):
         """Make env ``k`` the current one: its fields become the worker's
@@ -583,10 +729,12 @@ class Worker:
         off = n_seg = 0
         ended = []                  # (paper rollouts) envs whose episode ends after the update
         last_seg = self._last_seg
+        parts = self._sil_parts
         for k in range(K):
             if K > 1:
                 self._use(k)
             uk = u if K == 1 else u[k * T:(k + 1) * T]
+            j0 = n_seg
             if across:
                 n, term, trunc, n_seg = self._collect_across(off, uk, n_seg)
             else:
@@ -596,6 +744,8 @@ class Worker:
             last_seg[k] = n_seg - 1
             if rnd is not None:
                 self._rnd_part(k, off, n, term or trunc)
+            if parts is not None:
+                parts.append((k, off, j0, n_seg, not across and (term or trunc)))
             off += n
         if rnd is not None:
             self._rnd_bonus(off, n_seg, across)
@@ -618,6 +768,9 @@ class Worker:
                 if not across:
                     slot["ep_return"] += seg_raw.item(j)
         applied = self._apply_update(off, ret, adv)
+        if parts is not None:
+            self._sil_record(across)
+            self._sil_replay(off)
         self.store.add_steps(off)
         for k in ended:
             if K > 1:
