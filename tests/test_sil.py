@@ -247,6 +247,12 @@ def test_config_defaults_and_override():
     assert resolve(Config(env="CartPole-v1", self_imitation=True), "vector").self_imitation
     with pytest.raises(ValueError, match="self_imitation"):
         Config(self_imitation="yes").validate()
+    # a run saved before the field existed resumes without replays; one
+    # saved since keeps what it trained with (config.toml pins it)
+    old = Config.from_dict({"env": "doom:deadly_corridor"}, saved_run=True)
+    assert resolve(old).self_imitation is False
+    cfg = Config(env="doom:deadly_corridor")
+    assert cfg.pinned(resolve(cfg)).self_imitation is True
 
 
 # processes in the slow tier: the default tier's time is near its 3-minute budget
