@@ -90,7 +90,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from a3c_core.core import gae
+from a3c_core.core import discounted_returns, gae
 from a3c_core.core.normalize import ST_SCALE, clip_into, running_returns, scale_clip_into
 from a3c_core.core.targets import BAD_ADVANTAGES, BAD_RETURNS, rollout_targets
 from a3c_core.nn.rnd import rollout_bonus
@@ -572,13 +572,8 @@ class Worker:
             st = self._sil_scales[0]
             scale = float(st[ST_SCALE]) if st.size else 1.0
             r = np.clip(r * scale, -s.norm_clip, s.norm_clip)
-        ret = np.empty(r.size, np.float64)
-        acc = 0.0
-        g = float(s.gamma)
-        for t in range(r.size - 1, -1, -1):
-            acc = float(r[t]) + g * acc
-            ret[t] = acc
-        return ret
+        # float32, as a rollout's targets (the recursion runs in float64)
+        return discounted_returns(r.astype(np.float32), 0.0, float(s.gamma)).astype(np.float64)
 
     def _sil_replay(self, n_played):
         """Self-imitation updates worth ``n_played`` replayed rows: each
