@@ -26,6 +26,12 @@ dwarf the timer) and reports the median, min and max.  Rows:
   ``learner us/agent step (torch)``: the same rollout done PyTorch-A3C style
   (T ``inference_mode`` steps, forward+backward recompute, ``clip_grad_norm_``,
   ``torch.optim.Adam`` on a shared model, copy back), one thread each.
+* ``learner + RND bonus us/agent step`` (:func:`bench_exploration`) and
+  ``learner + self-imitation us/agent step`` (:func:`bench_self_imitation`):
+  the plain update (``rollout_grad`` + clipped apply) with the RND bonus's
+  work, or with a real worker's self-imitation replays (a row replayed per
+  row played, every replay updating), alternated with the plain update in
+  one run; the note gives the ratio (doom-lstm only).
 * ``memory bandwidth``: every core copies its own 64 MB array at once, GB/s
   (read + written bytes); the input of ``bench/scaling_model.py``.
 * ``step kernel, unpacked/packed args``: the fused step called with its
@@ -101,6 +107,7 @@ from numba.extending import intrinsic
 
 from a3c_core import _conv, core
 from a3c_core._blas import limit_blas_threads
+from a3c_core._fpenv import flush_denormals
 from a3c_core._jit import kernel
 from a3c_core.checkpoint import versions
 from a3c_core.core import Preprocessor
@@ -317,6 +324,7 @@ def bench_network(net, T, repeat, min_time, peak, fl) -> list[Row]:
     rows.extend(bench_learner(net, T, repeat, min_time))
     if len(net.obs_shape) == 3 and net.spec["name"] == "doom-lstm":
         rows.append(bench_exploration(net, T, repeat))
+        rows.append(bench_self_imitation(net, T, repeat))
 
     grads = (rng.standard_normal(net.n_params) * 1e-3).astype(net.params.dtype)
     params = net.params.copy()
@@ -508,6 +516,121 @@ def bench_exploration(net, T, repeat) -> Row:
                f"{r['ratio']:.2f}x of the plain update's {r['plain_us_per_step']:.0f} us "
                f"(T={T}, medians of {r['repeat']} alternating rounds; "
                f"{r['rnd_params']:,} predictor params)",
+               {"ratio": r["ratio"], "plain_us_per_step": r["plain_us_per_step"]})
+
+
+#: rows of each episode ``bench_self_imitation`` keeps: deadly_corridor's episodes (the
+#: scenario it is on by default) run 32-41 steps once past the trap (docs/scenarios.md)
+SIL_EPISODE_ROWS = 40
+
+
+def measure_sil_cost(*, t_max=20, episode_rows=SIL_EPISODE_ROWS, repeat=31, warmup=3,
+                     seed=0, obs_shape=(1, 84, 84), n_actions=3) -> dict:
+    """Learner microseconds per agent step of the plain update and of the
+    update with self-imitation (``--self-imitation``), on the doom-lstm
+    workload, in one run: ``warmup`` rounds, then ``repeat`` rounds
+    alternating the two; medians.
+
+    plain: ``rollout_grad`` over one ``t_max``-row recorded rollout + the
+    shared optimizer's clip and apply (with the local refresh), as
+    :func:`a3c_core.nn.rnd.measure_cost` times it.  With self-imitation: the
+    same plus a real :class:`~a3c_core.train.worker.Worker`'s
+    ``_sil_replay`` for the rows played: it replays whole kept episodes (a
+    row replayed per row played), each a batched forward over the episode,
+    its backward and one more clipped Hogwild apply, with subnormal floats
+    flushed to zero as in a worker thread.  The worker keeps
+    ``Worker.SIL_EPISODES`` episodes of ``episode_rows`` rows that each pay
+    +1 per step, so every replay's return beats the value and every replay
+    updates: the most a replay costs (one whose return beats no value skips
+    the backward and the apply; a run logs the share that updated as
+    ``charts/sil_update_share``).  A round is ``lcm(t_max, episode_rows) /
+    t_max`` updates, so each replays the same rows.
+
+    Returns ``{"plain_us_per_step", "sil_us_per_step", "ratio", "replays",
+    "updates", "rows_played", "rows_replayed", "rounds_per_sample", "t_max",
+    "episode_rows", "repeat"}``; the counts are over the timed rounds."""
+    from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer
+    from a3c_core.train.worker import RolloutSettings, ThreadStore, Worker
+
+    # as in a worker: one BLAS thread, subnormal floats flushed (Worker.run)
+    with limit_blas_threads(1), flush_denormals():
+        net = build_network("doom-lstm", obs_shape, n_actions, seed=seed)
+        shared = core.SharedState(net.params.copy(), core.make_optimizer("adam", net.n_params))
+        store = ThreadStore(shared, ReturnNormalizer(0.99), adv_normalizer=AdvantageNormalizer())
+        settings = RolloutSettings(t_max=t_max, gamma=0.99, reward_scale=None,
+                                   normalize_advantages=True, self_imitation=True)
+        w = Worker(0, _NoEnv(), net, _FramePipe(obs_shape), store, settings,
+                   np.random.default_rng(seed), fused_act=False)
+        rng = np.random.default_rng(seed)
+        for _ in range(Worker.SIL_EPISODES):
+            w._sil_open[0] = [(rng.random((episode_rows,) + tuple(obs_shape)).astype(net.dtype),
+                               rng.integers(0, n_actions, episode_rows),
+                               np.ones(episode_rows))]
+            w._sil_close(0)
+        obs = rng.random((t_max,) + tuple(obs_shape)).astype(net.dtype)
+        actions = rng.integers(0, n_actions, t_max)
+        returns = rng.standard_normal(t_max).astype(np.float32)
+        adv = rng.standard_normal(t_max).astype(np.float32)
+        net.record_rollout(obs)
+        rounds = math.lcm(t_max, episode_rows) // t_max
+
+        def plain():
+            for _ in range(rounds):
+                net.rollout_grad(actions, returns, adv)
+                shared.apply(net.grads, 40.0, sync_to=net.params)
+
+        def with_sil():
+            for _ in range(rounds):
+                net.rollout_grad(actions, returns, adv)
+                shared.apply(net.grads, 40.0, sync_to=net.params)
+                w._sil_replay(t_max)
+
+        for _ in range(warmup):
+            plain()
+            with_sil()
+        replays0, updates0 = w.stats.sil_replays, w.stats.sil_updates
+        a, b = [], []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            plain()
+            t1 = time.perf_counter()
+            with_sil()
+            t2 = time.perf_counter()
+            a.append(t1 - t0)
+            b.append(t2 - t1)
+    steps = rounds * t_max
+    pa, pb = float(np.median(a)) * 1e6 / steps, float(np.median(b)) * 1e6 / steps
+    replays = int(w.stats.sil_replays - replays0)
+    return {"plain_us_per_step": pa, "sil_us_per_step": pb, "ratio": pb / pa,
+            "replays": replays, "updates": int(w.stats.sil_updates - updates0),
+            "rows_played": repeat * steps, "rows_replayed": replays * episode_rows,
+            "rounds_per_sample": rounds, "t_max": t_max, "episode_rows": episode_rows,
+            "repeat": repeat}
+
+
+class _NoEnv:
+    """The env of :func:`measure_sil_cost`'s worker, which only replays."""
+
+    n_actions = 3
+
+
+class _FramePipe:
+    """The pipeline of :func:`measure_sil_cost`'s worker (never called)."""
+
+    def __init__(self, shape):
+        self.net_obs_shape = tuple(shape)
+
+
+def bench_self_imitation(net, T, repeat) -> Row:
+    """Self-imitation's cost (``--self-imitation``): learner µs per agent
+    step with its replays against the plain update, alternated in one run
+    (:func:`measure_sil_cost`)."""
+    r = measure_sil_cost(t_max=T, repeat=max(4 * repeat + 1, 11), warmup=3,
+                         obs_shape=tuple(net.obs_shape), n_actions=net.n_actions)
+    return Row("learner + self-imitation us/agent step", [r["sil_us_per_step"]], "us",
+               f"{r['ratio']:.2f}x of the plain update's {r['plain_us_per_step']:.0f} us "
+               f"(T={T}; a row replayed per row played, episodes of {r['episode_rows']} rows, "
+               f"every replay updating; medians of {r['repeat']} alternating rounds)",
                {"ratio": r["ratio"], "plain_us_per_step": r["plain_us_per_step"]})
 
 

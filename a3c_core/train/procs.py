@@ -51,6 +51,7 @@ import traceback
 
 import numpy as np
 
+from a3c_core._fpenv import flush_denormals
 from a3c_core.envs.proc import _describe_exit
 from a3c_core.train.backends import Backend
 from a3c_core.train.config import ConfigError
@@ -320,14 +321,15 @@ class ProcessBackend(Backend):
             rows, merging = self._block["losses"], self._block["merging"]
             x_rows = self._block["explore.losses"] if ex else None
             stop, total = self._pstop, t.cfg.total_steps
-            while not stop.is_set():
-                if total and store.steps >= total:
-                    break
-                w.rollout()
-                rows[wid] = w.stats.as_array()
-                merging[wid] = w.merging
-                if x_rows is not None:
-                    x_rows[wid] = w.explore_stats.as_array()
+            with flush_denormals():         # as Worker.run does (a3c_core._fpenv)
+                while not stop.is_set():
+                    if total and store.steps >= total:
+                        break
+                    w.rollout()
+                    rows[wid] = w.stats.as_array()
+                    merging[wid] = w.merging
+                    if x_rows is not None:
+                        x_rows[wid] = w.explore_stats.as_array()
             conn.send(("done", wid))
         except BaseException:  # noqa: BLE001 - reported to the trainer
             conn.send(("error", wid, traceback.format_exc()))

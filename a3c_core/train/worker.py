@@ -90,6 +90,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from a3c_core._fpenv import flush_denormals
 from a3c_core.core import discounted_returns, gae
 from a3c_core.core.normalize import ST_SCALE, clip_into, running_returns, scale_clip_into
 from a3c_core.core.targets import BAD_ADVANTAGES, BAD_RETURNS, rollout_targets
@@ -1054,9 +1055,13 @@ class Worker:
             self.store.explore_apply(rnd.grads, s.max_grad_norm, self._rnd_offset)
 
     def run(self, stop: threading.Event, total_steps=0):
-        """Rollouts until ``stop`` is set or ``total_steps`` (0 = no limit) is reached."""
+        """Rollouts until ``stop`` is set or ``total_steps`` (0 = no limit) is
+        reached, with subnormal floats flushed to zero in this thread
+        (:func:`a3c_core._fpenv.flush_denormals`; the thread's mode is
+        restored on return)."""
         store = self.store
-        while not stop.is_set():
-            if total_steps and store.steps >= total_steps:
-                break
-            self.rollout()
+        with flush_denormals():
+            while not stop.is_set():
+                if total_steps and store.steps >= total_steps:
+                    break
+                self.rollout()
