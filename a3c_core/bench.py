@@ -124,6 +124,7 @@ from a3c_core.policy import Policy
 from a3c_core.nn.network import build_network
 from a3c_core.obs import ObsPipeline
 from a3c_core.timing import blas_kernel_note, blas_note, hugepage_info, time_call  # noqa: F401
+from a3c_core.timing import time_alternating
 from a3c_core.timing import cpu_info as _cpuinfo
 from a3c_core.train.config import Config, resolve
 from a3c_core.train.trainer import Trainer
@@ -585,19 +586,9 @@ def measure_sil_cost(*, t_max=20, episode_rows=SIL_EPISODE_ROWS, repeat=31, warm
                 shared.apply(net.grads, 40.0, sync_to=net.params)
                 w._sil_replay(t_max)
 
-        for _ in range(warmup):
-            plain()
-            with_sil()
+        time_alternating(plain, with_sil, repeat=0, warmup=warmup)
         replays0, updates0 = w.stats.sil_replays, w.stats.sil_updates
-        a, b = [], []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            plain()
-            t1 = time.perf_counter()
-            with_sil()
-            t2 = time.perf_counter()
-            a.append(t1 - t0)
-            b.append(t2 - t1)
+        a, b = time_alternating(plain, with_sil, repeat=repeat, warmup=0)
     steps = rounds * t_max
     pa, pb = float(np.median(a)) * 1e6 / steps, float(np.median(b)) * 1e6 / steps
     replays = int(w.stats.sil_replays - replays0)

@@ -47,6 +47,25 @@ def time_call(fn, *, repeat=7, min_time=0.05, warmup=3) -> list[float]:
     return out
 
 
+def time_alternating(fa, fb, *, repeat, warmup=3) -> tuple[list[float], list[float]]:
+    """Seconds of one call of ``fa`` and one of ``fb``, in turn, ``repeat``
+    times after ``warmup`` calls of each, so machine load hits both alike:
+    ``(samples_a, samples_b)``."""
+    for _ in range(warmup):
+        fa()
+        fb()
+    a, b = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fa()
+        t1 = time.perf_counter()
+        fb()
+        t2 = time.perf_counter()
+        a.append(t1 - t0)
+        b.append(t2 - t1)
+    return a, b
+
+
 def cpu_info() -> tuple[str | None, set]:
     """(model name, flags) of the first CPU in /proc/cpuinfo; (None, set()) elsewhere."""
     model, flags = None, set()

@@ -95,8 +95,6 @@ anneal (the error must keep tracking visits).
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from a3c_core._blas import blas_threads
@@ -104,6 +102,7 @@ from a3c_core._jit import kernel
 from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer, running_returns
 from a3c_core.core.optim import make_optimizer
 from a3c_core.core.shared import SharedState
+from a3c_core.timing import time_alternating
 
 from . import blas, ref
 from .layers import Conv2d, Dense
@@ -643,18 +642,7 @@ def _measure_cost(t_max, repeat, warmup, optimizer, seed, obs_shape, n_actions, 
                       accs, 0.99, 1.0, 10.0, bonus)
         rs.shared.apply(rnet.grads, 40.0, sync_to=rnet.params)
 
-    for _ in range(warmup):
-        plain()
-        with_bonus()
-    a, b = [], []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        plain()
-        t1 = time.perf_counter()
-        with_bonus()
-        t2 = time.perf_counter()
-        a.append(t1 - t0)
-        b.append(t2 - t1)
+    a, b = time_alternating(plain, with_bonus, repeat=repeat, warmup=warmup)
     pa, pb = float(np.median(a)) * 1e6, float(np.median(b)) * 1e6
     return {"plain_us": pa, "bonus_us": pb, "ratio": pb / pa,
             "plain_us_per_step": pa / t_max, "bonus_us_per_step": pb / t_max,
