@@ -600,9 +600,7 @@ def measure_sil_cost(*, t_max=20, episode_rows=SIL_EPISODE_ROWS, repeat=31, warm
 
 
 class _NoEnv:
-    """The env of :func:`measure_sil_cost`'s worker, which only replays."""
-
-    n_actions = 3
+    """The env of :func:`measure_sil_cost`'s worker, which only replays (never stepped)."""
 
 
 class _FramePipe:
