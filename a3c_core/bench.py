@@ -536,7 +536,7 @@ def measure_sil_cost(*, t_max=20, episode_rows=SIL_EPISODE_ROWS, repeat=31, warm
     shared optimizer's clip and apply (with the local refresh), as
     :func:`a3c_core.nn.rnd.measure_cost` times it.  With self-imitation: the
     same plus a real :class:`~a3c_core.train.worker.Worker`'s
-    ``_sil_replay`` for the rows played: it replays whole kept episodes (a
+    ``sil_replay`` for the rows played: it replays whole kept episodes (a
     row replayed per row played), each a batched forward over the episode,
     its backward and one more clipped Hogwild apply, with subnormal floats
     flushed to zero as in a worker thread.  The worker keeps
@@ -564,10 +564,8 @@ def measure_sil_cost(*, t_max=20, episode_rows=SIL_EPISODE_ROWS, repeat=31, warm
                    np.random.default_rng(seed), fused_act=False)
         rng = np.random.default_rng(seed)
         for _ in range(Worker.SIL_EPISODES):
-            w._sil_open[0] = [(rng.random((episode_rows,) + tuple(obs_shape)).astype(net.dtype),
-                               rng.integers(0, n_actions, episode_rows),
-                               np.ones(episode_rows))]
-            w._sil_close(0)
+            w.sil_keep(rng.random((episode_rows,) + tuple(obs_shape)).astype(net.dtype),
+                       rng.integers(0, n_actions, episode_rows), np.ones(episode_rows))
         obs = rng.random((t_max,) + tuple(obs_shape)).astype(net.dtype)
         actions = rng.integers(0, n_actions, t_max)
         returns = rng.standard_normal(t_max).astype(np.float32)
@@ -584,7 +582,7 @@ def measure_sil_cost(*, t_max=20, episode_rows=SIL_EPISODE_ROWS, repeat=31, warm
             for _ in range(rounds):
                 net.rollout_grad(actions, returns, adv)
                 shared.apply(net.grads, 40.0, sync_to=net.params)
-                w._sil_replay(t_max)
+                w.sil_replay(t_max)
 
         time_alternating(plain, with_sil, repeat=0, warmup=warmup)
         replays0, updates0 = w.stats.sil_replays, w.stats.sil_updates

@@ -16,6 +16,33 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 #                       on the command line also runs)
 
 
+def _default_tier(config):
+    return not (config.getoption("run_all") or config.getoption("markexpr"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """A plain ``pytest`` (the default tier, no paths or node ids named, no
+    ``-n``) runs on one pytest-xdist process per usable CPU: on 2 cores the
+    tier took 137 s that way against 216 s in one process, most of the
+    difference being the kernels' first compile, which then runs on both
+    cores (docs/results.md#test-tiers).  The slow tier (real signals, Ray
+    clusters, timed faults) and runs that name tests stay in one process;
+    ``-n 0`` or ``-p no:xdist`` turns it off."""
+    if not config.pluginmanager.hasplugin("xdist") or config.option.numprocesses is not None:
+        return
+    if not _default_tier(config) or config.getoption("usepdb", False):
+        return
+    if any(not a.startswith("-") for a in config.invocation_params.args):
+        return      # paths, node ids or option values named: run them as asked
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:      # not Linux
+        cpus = os.cpu_count() or 1
+    if cpus > 1:
+        config.option.numprocesses = cpus
+
+
 def pytest_addoption(parser):
     parser.addoption("--all", action="store_true", dest="run_all",
                      help="also run the tests marked slow, which a plain `pytest` deselects "
@@ -35,7 +62,7 @@ def _named(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("run_all") or config.getoption("markexpr"):
+    if not _default_tier(config):
         return
     named = _named(config)
     keep, slow = [], []
@@ -51,6 +78,6 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_report_header(config):
-    if not (config.getoption("run_all") or config.getoption("markexpr")):
+    if _default_tier(config):
         return "slow tests deselected: `pytest -m slow` runs them, `pytest --all` runs everything"
     return None

@@ -111,11 +111,12 @@ def test_the_buffer_keeps_the_best_episodes_within_its_row_cap(monkeypatch):
     monkeypatch.setattr(Worker, "SIL_ROWS", 10)
     w, _, _ = _sil_worker([TaggedEnv(0, [3])])
 
-    def close(ret, rows):
-        w._sil_open[0] = [(np.zeros((rows, 3), np.float32), np.zeros(rows, np.int64),
-                           np.full(rows, ret / rows))]
-        w._sil_close(0)
-        return [(round(e[0], 6), len(e[2])) for e in w._sil_buf]
+    def close(ret, rows, kept=None):
+        got = w.sil_keep(np.zeros((rows, 3), np.float32), np.zeros(rows, np.int64),
+                         np.full(rows, ret / rows))
+        buf = [(round(e[0], 6), len(e[2])) for e in w._sil_buf]
+        assert got == ((round(ret, 6), rows) in buf)
+        return buf
 
     assert close(1.0, 2) == [(1.0, 2)]
     assert close(3.0, 2) == [(3.0, 2), (1.0, 2)]
@@ -125,6 +126,18 @@ def test_the_buffer_keeps_the_best_episodes_within_its_row_cap(monkeypatch):
     assert close(4.0, 6) == [(5.0, 2), (4.0, 6), (3.0, 2)]      # 10 rows at most
     assert close(6.0, 9) == [(6.0, 9)]
     assert close(7.0, 11) == [(6.0, 9)]     # an episode over the cap is never kept whole
+    with pytest.raises(ValueError, match="2 observation rows, 3 actions and 3 rewards"):
+        w.sil_keep(np.zeros((2, 3), np.float32), np.zeros(3, np.int64), np.ones(3))
+    assert close(6.5, 9) == [(6.5, 9)]
+
+
+def test_sil_keep_refuses_a_worker_without_self_imitation():
+    net = build_network("mlp-lstm", (3,), 3, hidden=(8,), lstm_size=4, seed=0)
+    shared = SharedState(net.params.copy(), make_optimizer("adam", net.n_params))
+    w = Worker(0, TaggedEnv(0, [3]), net, ObsPipeline({"kind": "vector"}, (3,)),
+               ThreadStore(shared), RolloutSettings(t_max=4), np.random.default_rng(0))
+    with pytest.raises(RuntimeError, match="self_imitation is off"):
+        w.sil_keep(np.zeros((2, 3), np.float32), np.zeros(2, np.int64), np.ones(2))
 
 
 def test_an_episode_longer_than_the_row_cap_is_dropped_as_it_plays(monkeypatch):
@@ -187,7 +200,7 @@ def test_update_is_the_gradient_of_the_sil_loss(adv_norm):
     scale = float(an.stats[ST_SCALE]) if adv_norm else 1.0
     c = c * scale
     params0 = net.params.copy()
-    w._sil_replay(7)
+    w.sil_replay(7)
     assert (w.stats.sil_replays, w.stats.sil_updates, len(store.grads)) == (1, 1, 1)
     g = store.grads[0]
     twin = build_network("mlp-lstm", (3,), 3, hidden=(8,), lstm_size=4, dtype=np.float64)
@@ -204,7 +217,7 @@ def test_no_update_where_no_return_beats_the_value():
     w, net, store = _sil_worker([TaggedEnv(0, [3])], dtype=np.float64)
     obs = np.zeros((4, 3))
     w._sil_buf = [(-400.0, obs, np.zeros(4, np.int64), np.full(4, -100.0))]
-    w._sil_replay(4)
+    w.sil_replay(4)
     assert (w.stats.sil_replays, w.stats.sil_updates, store.grads) == (1, 0, [])
 
 
@@ -213,9 +226,9 @@ def test_replays_follow_the_steps_played():
     4-step episode until the credit is spent (3 replays, 2 rows owed)."""
     w, _, store = _sil_worker([TaggedEnv(0, [3])])
     w._sil_buf = [(8.0, np.zeros((4, 3), np.float32), np.zeros(4, np.int64), np.full(4, 2.0))]
-    w._sil_replay(10)
+    w.sil_replay(10)
     assert w.stats.sil_replays == 3 and w._sil_credit == -2
-    w._sil_replay(1)
+    w.sil_replay(1)
     assert w.stats.sil_replays == 3 and w._sil_credit == -1
 
 

@@ -80,7 +80,7 @@ Self-imitation (``RolloutSettings.self_imitation``, off by default; Oh et
 al. 2018): after the update the rollout's rows (input, action, raw reward)
 join each env's open episode; a finished one joins the worker's best
 ``SIL_EPISODES`` by return, and the worker replays a row of them per row
-played (:meth:`Worker._sil_replay`), each through ``store.apply`` as well.
+played (:meth:`Worker.sil_replay`), each through ``store.apply`` as well.
 """
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ class RolloutSettings:
     exploration_scale: float = 0.5
     #: self-imitation learning (Oh et al. 2018): each worker keeps its best
     #: whole episodes and replays them through the policy where their return
-    #: beats the value (see Worker._sil_replay); False = off
+    #: beats the value (see Worker.sil_replay); False = off
     self_imitation: bool = False
 
 
@@ -497,7 +497,7 @@ class Worker:
         (Oh et al. 2018).  Every env's rows (the network's input, the action,
         the raw reward) are copied out after each update until its episode
         ends; a finished episode joins the worker's best ``SIL_EPISODES`` by
-        return (``SIL_ROWS`` rows at most).  :meth:`_sil_replay` replays them
+        return (``SIL_ROWS`` rows at most).  :meth:`sil_replay` replays them
         through a fork of the local network (the same parameters, its own
         gradients and scratch)."""
         self._sil_parts = None
@@ -544,15 +544,27 @@ class Worker:
         chunks = self._sil_open[k]
         self._sil_open[k] = []
         self._sil_open_rows[k] = 0
-        if not chunks:
-            return
-        raw = np.concatenate([c[2] for c in chunks])
+        if chunks:
+            self.sil_keep(np.concatenate([c[0] for c in chunks]),
+                          np.concatenate([c[1] for c in chunks]),
+                          np.concatenate([c[2] for c in chunks]))
+
+    def sil_keep(self, obs, actions, raw_rewards) -> bool:
+        """Offer one finished episode (the network's input rows, the actions
+        taken, the raw rewards) to the self-imitation buffer; it is kept if
+        its return is among the worker's best ``SIL_EPISODES`` and it fits
+        ``SIL_ROWS``.  True if kept."""
+        if self._sil_parts is None:
+            raise RuntimeError("Worker.sil_keep: self_imitation is off for this worker")
+        raw = np.asarray(raw_rewards)
+        if not (len(obs) == len(actions) == raw.size):
+            raise ValueError(f"Worker.sil_keep: {len(obs)} observation rows, {len(actions)} "
+                             f"actions and {raw.size} rewards; they must match")
         ret = float(raw.sum())
         buf = self._sil_buf
         if raw.size > self.SIL_ROWS or (len(buf) >= self.SIL_EPISODES and ret <= buf[-1][0]):
-            return
-        ep = (ret, np.concatenate([c[0] for c in chunks]), np.concatenate([c[1] for c in chunks]),
-              raw)
+            return False
+        ep = (ret, obs, actions, raw)
         i = len(buf)
         while i and buf[i - 1][0] < ret:
             i -= 1
@@ -560,6 +572,7 @@ class Worker:
         rows = sum(len(e[2]) for e in buf)
         while len(buf) > self.SIL_EPISODES or rows > self.SIL_ROWS:
             rows -= len(buf.pop()[2])
+        return any(e is ep for e in buf)
 
     def _sil_targets(self, raw):
         """An episode's discounted returns in the learning rewards' current scale."""
@@ -576,7 +589,7 @@ class Worker:
         # float32, as a rollout's targets (the recursion runs in float64)
         return discounted_returns(r.astype(np.float32), 0.0, float(s.gamma)).astype(np.float64)
 
-    def _sil_replay(self, n_played):
+    def sil_replay(self, n_played):
         """Self-imitation updates worth ``n_played`` replayed rows: each
         replays one kept episode (picked uniformly) from the zero LSTM state;
         where its return R beats the value V, the A3C loss with returns
@@ -766,7 +779,7 @@ class Worker:
         applied = self._apply_update(off, ret, adv)
         if parts is not None:
             self._sil_record(across)
-            self._sil_replay(off)
+            self.sil_replay(off)
         self.store.add_steps(off)
         for k in ended:
             if K > 1:
