@@ -37,7 +37,8 @@ import time
 
 import numpy as np
 
-SCENARIOS = ("basic", "simpler_basic", "rocket_basic", "defend_the_line", "health_gathering",
+SCENARIOS = ("basic", "simpler_basic", "rocket_basic", "defend_the_center", "defend_the_line",
+             "health_gathering",
              "health_gathering_supreme", "take_cover", "predict_position", "deadly_corridor",
              "my_way_home")
 
@@ -189,7 +190,8 @@ def markdown(results):
                      f"| {' | '.join(cells)} | {_ends_cell(r['runs'])} | {below} of {len(r['runs'])} "
                      f"| {','.join(str(run['seed']) for run in r['runs'])} | {steps:,} |")
     lines.append("")
-    lines.append("Commands (one per seed):")
+    lines.append("Commands (each scenario's first seed; the others differ only in --seed "
+                 "and --run-dir):")
     lines += [f"- `{run['command']}`" for r in results for run in r["runs"][:1]]
     return "\n".join(lines) + "\n"
 

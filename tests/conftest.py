@@ -22,19 +22,23 @@ def _default_tier(config):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
-    """A plain ``pytest`` (the default tier, no paths or node ids named, no
-    ``-n``) runs on one pytest-xdist process per usable CPU: on 2 cores the
-    tier took 137 s that way against 216 s in one process, most of the
+    """A plain ``pytest`` (the default tier with no paths or node ids named
+    and no ``-n``; options such as ``-k``, ``-x`` or ``-p`` may be given)
+    runs on one pytest-xdist process per usable CPU: on 2 cores the tier
+    took 137 s that way against 216 s in one process, most of the
     difference being the kernels' first compile, which then runs on both
     cores (docs/results.md#test-tiers).  The slow tier (real signals, Ray
     clusters, timed faults) and runs that name tests stay in one process;
     ``-n 0`` or ``-p no:xdist`` turns it off."""
     if not config.pluginmanager.hasplugin("xdist") or config.option.numprocesses is not None:
         return
+    if hasattr(config, "workerinput") or "PYTEST_XDIST_WORKER" in os.environ:
+        return      # an xdist worker itself: never spawn workers of its own
     if not _default_tier(config) or config.getoption("usepdb", False):
         return
-    if any(not a.startswith("-") for a in config.invocation_params.args):
-        return      # paths, node ids or option values named: run them as asked
+    source = getattr(config, "args_source", None)      # pytest >= 7.2
+    if source is not None and source == pytest.Config.ArgsSource.ARGS:
+        return      # paths or node ids named: run them as asked, in one process
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:      # not Linux
