@@ -38,9 +38,8 @@ import time
 import numpy as np
 
 SCENARIOS = ("basic", "simpler_basic", "rocket_basic", "defend_the_center", "defend_the_line",
-             "health_gathering",
-             "health_gathering_supreme", "take_cover", "predict_position", "deadly_corridor",
-             "my_way_home")
+             "health_gathering", "health_gathering_supreme", "take_cover", "predict_position",
+             "deadly_corridor", "my_way_home")
 
 #: Sample Factory 2's APPO models on the Hugging Face hub (edbeeching/doom_<scenario>_<seed>,
 #: mean_reward as the model cards report it, raw scenario units); their frame budget

@@ -111,7 +111,7 @@ def test_the_buffer_keeps_the_best_episodes_within_its_row_cap(monkeypatch):
     monkeypatch.setattr(Worker, "SIL_ROWS", 10)
     w, _, _ = _sil_worker([TaggedEnv(0, [3])])
 
-    def close(ret, rows, kept=None):
+    def close(ret, rows):
         got = w.sil_keep(np.zeros((rows, 3), np.float32), np.zeros(rows, np.int64),
                          np.full(rows, ret / rows))
         buf = [(round(e[0], 6), len(e[2])) for e in w._sil_buf]

@@ -553,7 +553,8 @@ class Worker:
         """Offer one finished episode (the network's input rows, the actions
         taken, the raw rewards) to the self-imitation buffer; it is kept if
         its return is among the worker's best ``SIL_EPISODES`` and it fits
-        ``SIL_ROWS``.  True if kept."""
+        ``SIL_ROWS``.  The arrays are kept as given, not copied: the caller
+        must not write to them afterwards.  True if kept."""
         if self._sil_parts is None:
             raise RuntimeError("Worker.sil_keep: self_imitation is off for this worker")
         raw = np.asarray(raw_rewards)
