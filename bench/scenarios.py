@@ -42,11 +42,16 @@ SCENARIOS = ("basic", "simpler_basic", "rocket_basic", "defend_the_center", "def
              "deadly_corridor", "my_way_home")
 
 #: Sample Factory 2's APPO models on the Hugging Face hub (edbeeching/doom_<scenario>_<seed>,
-#: mean_reward as the model cards report it, raw scenario units); their frame budget
-#: is not on the cards (very long, GPU-assisted runs).  The health scenarios are left
-#: out: SF reports its own shaped reward there, not the scenario's time alive.
-PUBLISHED = {"my_way_home": "0.98 ± 0.01", "defend_the_line": "34.7–43.5 (3 seeds)",
-             "deadly_corridor": "1,670–1,920"}
+#: mean_reward as the model cards report it, in raw scenario units: SF's 0.01 reward
+#: scale on basic and deadly_corridor undone) and the frames they trained for, read
+#: off the checkpoint names on the hub (checkpoint_<version>_<env frames>.pth, frames
+#: = agent steps x 4), where one was found.  The health scenarios are left out: SF
+#: reports its own shaped reward there, not the scenario's time alive.
+PUBLISHED = {"basic": "75–77 (3 seeds)",
+             "defend_the_center": "24.0–25.0 (2 seeds)",
+             "defend_the_line": "34.7–43.5 (3 seeds; 4.2–5.0B frames)",
+             "deadly_corridor": "1,670–1,920 (4.0B frames)",
+             "my_way_home": "0.98 ± 0.01 (4.4B frames)"}
 
 
 def random_policy_average(scenario, episodes, seed=0):
