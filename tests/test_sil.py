@@ -1,6 +1,8 @@
 """Self-imitation learning in the worker (``RolloutSettings.self_imitation``):
 the episodes it keeps against what the env played, the targets it replays them
 with, and its update against finite differences of the SIL loss."""
+import re
+
 import numpy as np
 import pytest
 
@@ -129,6 +131,23 @@ def test_the_buffer_keeps_the_best_episodes_within_its_row_cap(monkeypatch):
     with pytest.raises(ValueError, match="2 observation rows, 3 actions and 3 rewards"):
         w.sil_keep(np.zeros((2, 3), np.float32), np.zeros(3, np.int64), np.ones(3))
     assert close(6.5, 9) == [(6.5, 9)]
+
+
+def test_sil_keep_refuses_rows_the_replay_could_not_use():
+    w, _, _ = _sil_worker([TaggedEnv(0, [3])])
+    ok = (np.zeros((2, 3), np.float32), np.zeros(2, np.int64), np.ones(2))
+    assert w.sil_keep(*ok)
+    bad = {"observation rows must be a (3,) float32": (np.zeros((2, 4), np.float32),) + ok[1:],
+           "got (3,) float64": (np.zeros((2, 3)),) + ok[1:],
+           "got list": ([[0.0] * 3] * 2,) + ok[1:],
+           "actions must be integers in [0, 3); got int64 in [0, 3]":
+               (ok[0], np.array([0, 3]), ok[2]),
+           "got float64 in [0.0, 0.0]": (ok[0], np.zeros(2), ok[2]),
+           "NaN or an infinity": ok[:2] + (np.array([1.0, np.nan]),)}
+    for msg, args in bad.items():
+        with pytest.raises(ValueError, match=re.escape(msg)):
+            w.sil_keep(*args)
+    assert len(w._sil_buf) == 1          # nothing refused was kept
 
 
 def test_sil_keep_refuses_a_worker_without_self_imitation():

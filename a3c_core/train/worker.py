@@ -561,6 +561,19 @@ class Worker:
         if not (len(obs) == len(actions) == raw.size):
             raise ValueError(f"Worker.sil_keep: {len(obs)} observation rows, {len(actions)} "
                              f"actions and {raw.size} rewards; they must match")
+        row = self.obs_buf.shape[1:]
+        if not isinstance(obs, np.ndarray) or obs.shape[1:] != row or obs.dtype != self.obs_buf.dtype:
+            got = (f"{obs.shape[1:]} {obs.dtype}" if isinstance(obs, np.ndarray)
+                   else type(obs).__name__)
+            raise ValueError(f"Worker.sil_keep: observation rows must be a {row} "
+                             f"{self.obs_buf.dtype} array (the network's input rows); got {got}")
+        acts = np.asarray(actions)
+        n_act = self.net.n_actions
+        if acts.size and (acts.dtype.kind not in "iu" or acts.min() < 0 or acts.max() >= n_act):
+            raise ValueError(f"Worker.sil_keep: actions must be integers in [0, {n_act}); got "
+                             f"{acts.dtype} in [{acts.min()}, {acts.max()}]")
+        if not np.isfinite(raw).all():
+            raise ValueError("Worker.sil_keep: the rewards hold a NaN or an infinity")
         ret = float(raw.sum())
         buf = self._sil_buf
         if raw.size > self.SIL_ROWS or (len(buf) >= self.SIL_EPISODES and ret <= buf[-1][0]):
