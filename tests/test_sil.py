@@ -143,6 +143,7 @@ def test_sil_keep_refuses_rows_the_replay_could_not_use():
            "actions must be integers in [0, 3); got int64 in [0, 3]":
                (ok[0], np.array([0, 3]), ok[2]),
            "got float64 in [0.0, 0.0]": (ok[0], np.zeros(2), ok[2]),
+           "actions must be integers in [0, 3); got object": (ok[0], np.array([None, 1]), ok[2]),
            "NaN or an infinity": ok[:2] + (np.array([1.0, np.nan]),)}
     for msg, args in bad.items():
         with pytest.raises(ValueError, match=re.escape(msg)):

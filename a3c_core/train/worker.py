@@ -570,8 +570,9 @@ class Worker:
         acts = np.asarray(actions)
         n_act = self.net.n_actions
         if acts.size and (acts.dtype.kind not in "iu" or acts.min() < 0 or acts.max() >= n_act):
+            span = f" in [{acts.min()}, {acts.max()}]" if acts.dtype.kind in "biuf" else ""
             raise ValueError(f"Worker.sil_keep: actions must be integers in [0, {n_act}); got "
-                             f"{acts.dtype} in [{acts.min()}, {acts.max()}]")
+                             f"{acts.dtype}{span}")
         if not np.isfinite(raw).all():
             raise ValueError("Worker.sil_keep: the rewards hold a NaN or an infinity")
         ret = float(raw.sum())
