@@ -136,6 +136,11 @@ def _run_trainer(trainer, cfg, TrainingError):
     if health:
         line += (f"\nhealth reward: {health:g} x each step's HEALTH change is added to the learning "
                  f"reward (scores stay the scenario's own; --health-reward 0 turns it off)")
+    ammo = trainer.plan.resolved.env_args.get("ammo_reward", 0.0)
+    if ammo:
+        line += (f"\nammo reward: {ammo:g} x each step's ammo change is added to the learning "
+                 f"reward, so a shot costs at once (scores stay the scenario's own; "
+                 f"--ammo-reward 0 turns it off)")
     if trainer.plan.resolved.self_imitation:
         line += ("\nself-imitation: each worker replays its 16 best episodes where their return "
                  "beats the value (--no-self-imitation turns it off)")

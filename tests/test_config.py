@@ -116,6 +116,15 @@ def test_health_reward_is_the_health_scenarios_default_and_doom_only():
         _r("vector", env="CartPole-v1", health_reward=1.0)
 
 
+def test_ammo_reward_is_defend_the_centers_default_settable_on_doom_and_doom_only():
+    assert _r().env_args["ammo_reward"] == 0.0
+    assert _r(env="doom:defend_the_center").env_args["ammo_reward"] == 0.5    # its default
+    assert _r(env="doom:defend_the_center", ammo_reward=0.0).env_args["ammo_reward"] == 0.0
+    assert _r(env="doom:defend_the_center", ammo_reward=0.5).env_args["ammo_reward"] == 0.5
+    with pytest.raises(ConfigError, match="'ammo_reward'.*doom envs only"):
+        _r("vector", env="CartPole-v1", ammo_reward=0.5)
+
+
 def test_action_set_is_doom_only_and_an_old_saved_run_keeps_its_buttons():
     assert _r().env_args["action_set"] == "buttons"
     # deadly_corridor's default: the combinations; a flag still wins
@@ -187,6 +196,8 @@ def test_net_kwargs_honour_or_reject_spec_fields():
         ("min_rollout", 2.5),
         ("health_reward", -1.0),
         ("health_reward", float("nan")),
+        ("ammo_reward", -0.5),
+        ("ammo_reward", float("inf")),
         ("action_set", "all"),
     ],
 )

@@ -249,6 +249,45 @@ def test_doom_health_reward_adds_the_health_change_and_keeps_its_sum(env_process
         make_env("doom:basic", health_reward=float("nan"))
 
 
+@pytest.mark.parametrize("env_process", [False, True])
+def test_doom_ammo_reward_charges_each_shot_and_adds_to_the_health_term(env_process):
+    """defend_the_center, same seed and actions with and without the shaping:
+    each step's reward differs by exactly ammo_reward x the change in the
+    selected weapon's ammo (one round per pistol shot) plus health_reward x
+    the HEALTH change, and episode_shaping is their sum."""
+    rng = np.random.default_rng(1)
+    actions = rng.integers(0, 3, 600).tolist()
+    with make_env("doom:defend_the_center", seed=3) as plain:
+        plain.reset()
+        game = plain._game
+        var = vizdoom.GameVariable
+        ra, ammo, health = [], [], []
+        a0, h0 = game.get_game_variable(var.AMMO2), game.get_game_variable(var.HEALTH)
+        for act in actions:
+            _, r, term, trunc = plain.step(act)
+            a1, h1 = game.get_game_variable(var.AMMO2), game.get_game_variable(var.HEALTH)
+            ra.append(r)
+            ammo.append(a1 - a0)
+            health.append(h1 - h0)
+            a0, h0 = a1, h1
+            if term or trunc:
+                break
+    with make_env("doom:defend_the_center", seed=3, ammo_reward=0.25, health_reward=0.5,
+                  env_process=env_process) as shaped:
+        b = rollout(shaped, actions)
+        sh = shaped.episode_shaping
+    ra = np.array(ra)
+    rb = np.array([r for _, r, _, _ in b[1:]])
+    assert len(ra) == len(rb) == len(ammo)
+    da, dh = np.array(ammo), np.array(health)
+    assert set(np.unique(da)) == {-1.0, 0.0}         # shots seen, one round each
+    assert (dh < 0).any()                            # and hits taken
+    np.testing.assert_allclose(rb - ra, 0.25 * da + 0.5 * dh, rtol=0, atol=1e-12)
+    assert sh == pytest.approx(0.25 * da.sum() + 0.5 * dh.sum(), abs=1e-9)
+    with pytest.raises(ValueError, match="ammo_reward"):
+        make_env("doom:basic", ammo_reward="lots")
+
+
 def test_button_combos_press_at_most_one_of_each_exclusive_pair():
     from a3c_core.envs.doom import button_combos
 

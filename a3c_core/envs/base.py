@@ -56,7 +56,7 @@ class Env:
       game over, so callers report whole-game scores. Default: True after any
       terminated/truncated step, False after :meth:`reset`.
     * ``episode_shaping`` (float): the part of this episode's summed rewards
-      that is shaping added for learning (a Doom env's ``health_reward``),
+      that is shaping added for learning (a Doom env's ``health_reward`` and ``ammo_reward``),
       not the task's own reward; callers that report scores subtract it.
       Default 0.
     * ``episode_end`` (str or None): how the last whole episode ended, one

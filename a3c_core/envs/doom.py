@@ -291,6 +291,11 @@ class DoomEnv(Env):
             once instead of only through the death it postpones; the shaping
             summed over the episode is :attr:`episode_shaping`, which the
             trainer subtracts from the score it logs.
+        ammo_reward: add ``ammo_reward`` x the step's change in the selected
+            weapon's ammo (SELECTED_WEAPON_AMMO) to the reward (0 = off): a
+            shot then costs at once instead of only through the kill it can
+            no longer make once the ammo is gone (no HUD shows the count).
+            Summed into :attr:`episode_shaping` with the health term.
         action_set: ``"buttons"`` (one action per cfg button, one button
             pressed at a time: the scenario as shipped) or ``"combos"``
             (:func:`button_combos`: one action per combination of a turn, a
@@ -300,15 +305,20 @@ class DoomEnv(Env):
 
     def __init__(self, scenario="basic", *, seed=0, frame_skip=None, runtime_dir=None,
                  render=False, episode_timeout=None, game_args=None, health_reward=0.0,
-                 action_set="buttons"):
+                 ammo_reward=0.0, action_set="buttons"):
         vzd = import_vizdoom()
         if action_set not in ACTION_SETS:
             raise ValueError(f"action_set must be one of {', '.join(ACTION_SETS)}, got {action_set!r}")
         self.action_set = action_set
         self.health_reward = _finite("health_reward", health_reward)
+        self.ammo_reward = _finite("ammo_reward", ammo_reward)
         self.episode_shaping = 0.0
-        self._health = 0.0
-        self._health_var = vzd.GameVariable.HEALTH
+        # (factor, game variable) per shaping term that is on, and each
+        # variable's last value
+        self._shaping = [(f, v) for f, v in ((self.health_reward, vzd.GameVariable.HEALTH),
+                                             (self.ammo_reward, vzd.GameVariable.SELECTED_WEAPON_AMMO))
+                         if f]
+        self._last_vars = [0.0] * len(self._shaping)
         self.env_id, self.cfg_path = resolve_scenario(scenario)
         self.frame_skip = check_frame_skip(frame_skip, DEFAULT_FRAME_SKIP)
         self.seed = int(seed)
@@ -405,9 +415,9 @@ class DoomEnv(Env):
         self.episode_end = None
         game.new_episode()
         self._last_obs = self._observe(game.get_state())
-        if self.health_reward:
+        if self._shaping:
             self.episode_shaping = 0.0
-            self._health = game.get_game_variable(self._health_var)
+            self._last_vars = [game.get_game_variable(v) for _, v in self._shaping]
         return self._last_obs
 
     def step(self, action):
@@ -415,10 +425,12 @@ class DoomEnv(Env):
             self._raise_bad_action(action)
         game = self._game
         reward = game.make_action(self._actions[action], self.frame_skip)
-        if self.health_reward:
-            health = game.get_game_variable(self._health_var)
-            shaping = self.health_reward * (health - self._health)
-            self._health = health
+        if self._shaping:
+            shaping = 0.0
+            for i, (factor, var) in enumerate(self._shaping):
+                value = game.get_game_variable(var)
+                shaping += factor * (value - self._last_vars[i])
+                self._last_vars[i] = value
             self.episode_shaping += shaping
             reward += shaping
         if game.is_episode_finished():

@@ -92,10 +92,11 @@ _RANGES = {
     "advantage_horizon": (0.0, 1e12),
     "exploration_scale": (0.0, 1000.0),
     "health_reward": (0.0, 1000.0),
+    "ammo_reward": (0.0, 1000.0),
 }
 
 #: the Doom adapter's options (fields other families reject)
-DOOM_ONLY = ("health_reward", "action_set")
+DOOM_ONLY = ("health_reward", "ammo_reward", "action_set")
 
 #: the exploration bonuses ``exploration`` names (a3c_core.nn.rnd: rnd)
 EXPLORATIONS = ("none", "rnd")
@@ -150,6 +151,7 @@ class Config:
     terminal_on_life_loss: bool = _f(False, "Atari: a lost life ends the episode for learning (scores still count whole games)")
     repeat_action_probability: Optional[float] = _f(None, "Atari: sticky-action probability (default: the id's, 0.25 for -v5, 0 for NoFrameskip-v4)")
     health_reward: Optional[float] = _f(None, "Doom: add this x the step's change in the player's HEALTH to the learning reward (logged scores stay the scenario's own); default: the scenario's, 1 for health_gathering and health_gathering_supreme, else 0 = off")
+    ammo_reward: Optional[float] = _f(None, "Doom: add this x the step's change in the selected weapon's ammo to the learning reward, so a shot costs at once (logged scores stay the scenario's own); default: the scenario's, 0.5 for defend_the_center, else 0 = off")
     action_set: Optional[str] = _f(None, "Doom: buttons (one action per button of the scenario's cfg, one pressed at a time: the scenario as shipped) or combos (one action per combination of a turn, a move, a strafe and each other button); default: the scenario's, combos on doom:deadly_corridor, else buttons")
     env_process: Optional[bool] = _f(None, "run each env in a child process (default: the family's; on for Atari, whose step holds the GIL)")
     run_dir: str = _f("", "run directory (default runs/<env>[-<spec>]-s<seed>-<YYYYmmdd-HHMMSS>)")

@@ -692,7 +692,7 @@ class Worker:
         see :meth:`start_episode`; returns its frame or None)."""
         if getattr(self.env, "episode_over", True):
             # the score is the task's own: without the env's reward shaping
-            # (a shaped Doom env's health_reward), which only the learning sees
+            # (a shaped Doom env's health_reward or ammo_reward), which only the learning sees
             score = self.ep_return - getattr(self.env, "episode_shaping", 0.0)
             intrinsic = None
             if self.rnd is not None:
