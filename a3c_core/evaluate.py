@@ -25,9 +25,14 @@ def check_env_matches(policy, env, env_id):
     if env.n_actions != policy.n_actions:
         problems.append(f"actions: {policy.n_actions} in the checkpoint, {env.n_actions} in the env")
     if problems:
+        # the same id with other actions or frames: the env itself changed
+        # (its cfg, or the adapter's action set), not the user's --env
+        hint = ("The env's cfg or this version's adapter has changed since it trained: "
+                "train a new run for it." if env_id == saved.get("id")
+                else "Evaluate on the env it was trained on (leave out --env).")
         raise EvalError(
             f"env {env_id} does not match the checkpoint (trained on {saved.get('id')!r}): "
-            + "; ".join(problems) + ". Evaluate on the env it was trained on (leave out --env).")
+            + "; ".join(problems) + ". " + hint)
 
 
 def trained_env_options(env_meta) -> dict:

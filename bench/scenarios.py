@@ -39,7 +39,7 @@ import numpy as np
 
 SCENARIOS = ("basic", "simpler_basic", "rocket_basic", "defend_the_center", "defend_the_line",
              "health_gathering", "health_gathering_supreme", "take_cover", "predict_position",
-             "deadly_corridor", "my_way_home")
+             "deadly_corridor", "my_way_home", "deathmatch")
 
 #: Sample Factory 2's APPO models on the Hugging Face hub (edbeeching/doom_<scenario>_<seed>,
 #: mean_reward as the model cards report it, in raw scenario units: SF's 0.01 reward

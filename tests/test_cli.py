@@ -142,6 +142,25 @@ def test_eval_with_a_mismatched_env_is_a_clear_error(tmp_path):
     assert "(120, 160)" in out.stderr and "(2,)" in out.stderr
 
 
+def test_eval_on_its_own_env_with_other_actions_says_the_env_changed(tmp_path):
+    """The saved id and the env's agree but the actions do not (a deathmatch
+    run saved before its delta buttons gained a '-' action): the message says
+    the env changed, not to leave out an --env the user never gave."""
+    from types import SimpleNamespace
+
+    from a3c_core.evaluate import EvalError, check_env_matches
+
+    net = build_network("doom-lstm", (1, 84, 84), 20)
+    policy = Policy.load(Policy.from_network(net, (120, 160), env_id="doom:deathmatch")
+                         .save(str(tmp_path / "dm.npz")))
+    env = SimpleNamespace(obs_shape=(120, 160), obs_kind="image", n_actions=23)
+    with pytest.raises(EvalError, match="actions: 20 in the checkpoint, 23 in the env") as e:
+        check_env_matches(policy, env, "doom:deathmatch")
+    assert "train a new run" in str(e.value) and "leave out --env" not in str(e.value)
+    check_env_matches(policy, SimpleNamespace(obs_shape=(120, 160), obs_kind="image",
+                                              n_actions=20), "doom:deathmatch")
+
+
 def test_eval_says_what_it_loaded(tmp_path):
     pytest.importorskip("gymnasium")
     run = tmp_path / "run"

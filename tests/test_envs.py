@@ -305,6 +305,40 @@ def test_button_combos_press_at_most_one_of_each_exclusive_pair():
                               "MOVE_RIGHT"])) == 18            # my_way_home: no backward button
 
 
+def test_delta_buttons_press_each_way_in_both_action_sets():
+    from a3c_core.envs.doom import button_combos, button_presses, button_vector
+
+    buttons = ["ATTACK", "LOOK_UP_DOWN_DELTA", "TURN_LEFT"]
+    assert button_presses(buttons) == ["ATTACK", "LOOK_UP_DOWN_DELTA+", "LOOK_UP_DOWN_DELTA-",
+                                       "TURN_LEFT"]
+    assert [button_vector(buttons, (p,)) for p in button_presses(buttons)] == [
+        [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, -1.0, 0.0], [0.0, 0.0, 1.0]]
+    combos = button_combos(buttons)
+    assert len(combos) == 2 * 3 * 2 == len(set(combos))         # the axis: none, +, -
+    assert not any({"LOOK_UP_DOWN_DELTA+", "LOOK_UP_DOWN_DELTA-"} <= set(c) for c in combos)
+    assert button_vector(buttons, ("ATTACK", "LOOK_UP_DOWN_DELTA-")) == [1.0, -1.0, 0.0]
+
+
+def test_doom_deathmatch_tilts_the_view_back_with_its_delta_buttons_minus_press():
+    """deathmatch.cfg declares LOOK_UP_DOWN_DELTA: pressed only at +1 the view
+    pitched one way for good; its '-' action undoes its '+' action."""
+    with make_env("doom:deathmatch", seed=0) as env:
+        names = env.action_names
+        assert env.n_actions == 20 + 3 and len(set(names)) == env.n_actions
+        up, down = names.index("LOOK_UP_DOWN_DELTA+"), names.index("LOOK_UP_DOWN_DELTA-")
+        env.reset()
+        game, pitch = env._game, vizdoom.GameVariable.PITCH
+        p0 = game.get_game_variable(pitch)
+        for _ in range(3):
+            env.step(up)
+        p1 = game.get_game_variable(pitch)
+        for _ in range(3):
+            env.step(down)
+        assert abs(p1 - p0) > 5                         # degrees
+        # back to within the engine's angle rounding
+        assert game.get_game_variable(pitch) == pytest.approx(p0, abs=0.2)
+
+
 def test_doom_combos_replay_the_single_buttons_exactly_and_name_their_set():
     """defend_the_line with action_set="combos": the combination holding one
     button plays exactly as that button's action of the shipped set (same

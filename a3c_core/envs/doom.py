@@ -2,7 +2,8 @@
 
 The standard workload (README.md, Quick start): GRAY8 frames at 160x120 (obs ``(120, 160)``
 uint8), window hidden, sound off, synchronous PLAYER mode, one one-hot action
-per available button, ``make_action(onehot, frame_skip=4)``, raw rewards.
+per available button (a delta button such as LOOK_UP_DOWN_DELTA: one action
+each way, +1 and -1), ``make_action(onehot, frame_skip=4)``, raw rewards.
 
 ViZDoom's start-up quirks are all handled here:
 
@@ -150,11 +151,35 @@ _EXCLUSIVE = (("TURN_LEFT", "TURN_RIGHT"), ("MOVE_FORWARD", "MOVE_BACKWARD"),
               ("MOVE_LEFT", "MOVE_RIGHT"))
 
 
+def _presses(button) -> tuple:
+    """The ways one button can be pressed, as press names: a binary button
+    has one (its name); a delta button (``*_DELTA``: an axis such as
+    LOOK_UP_DOWN_DELTA, whose value is how far it moves per tic) has two,
+    ``NAME+`` and ``NAME-`` (+1 and -1), so the axis can be moved back:
+    pressed only at +1 the view would tilt one way for good."""
+    return (button + "+", button + "-") if button.endswith("_DELTA") else (button,)
+
+
+def button_vector(buttons, pressed) -> list:
+    """``make_action``'s value per button of ``buttons`` for the press names
+    ``pressed`` (see :func:`_presses`): 1.0 for a binary button named there,
+    +1.0 / -1.0 for a delta button's ``+`` / ``-`` press, else 0.0."""
+    return [1.0 if b in pressed or b + "+" in pressed else -1.0 if b + "-" in pressed else 0.0
+            for b in buttons]
+
+
+def button_presses(buttons) -> list:
+    """The ``"buttons"`` action set: one press at a time, in the cfg's order
+    (a delta button gives two actions, see :func:`_presses`)."""
+    return [p for b in buttons for p in _presses(b)]
+
+
 def button_combos(buttons) -> list:
     """The ``"combos"`` action set of a button list: the product of its groups
-    (turn left/right, forward/backward, strafe left/right, and each other
-    button alone), each group contributing none or one of its buttons; the
-    first combination is the no-op.  A tuple of button names per action."""
+    (turn left/right, forward/backward, strafe left/right, each delta button's
+    two directions, and each other button alone), each group contributing
+    none or one of its presses; the first combination is the no-op.  A tuple
+    of press names (:func:`_presses`) per action."""
     groups, seen = [], set()
     for b in buttons:
         if b in seen:
@@ -162,7 +187,7 @@ def button_combos(buttons) -> list:
         group = next((g for g in _EXCLUSIVE if b in g), (b,))
         members = tuple(x for x in group if x in buttons)
         seen.update(members)
-        groups.append(((),) + tuple((m,) for m in members))
+        groups.append(((),) + tuple((p,) for m in members for p in _presses(m)))
     return [sum(parts, ()) for parts in itertools.product(*groups)]
 
 
@@ -297,7 +322,8 @@ class DoomEnv(Env):
             no longer make once the ammo is gone (no HUD shows the count).
             Summed into :attr:`episode_shaping` with the health term.
         action_set: ``"buttons"`` (one action per cfg button, one button
-            pressed at a time: the scenario as shipped) or ``"combos"``
+            pressed at a time: the scenario as shipped; a delta button such
+            as LOOK_UP_DOWN_DELTA gives two, +1 and -1) or ``"combos"``
             (:func:`button_combos`: one action per combination of a turn, a
             move, a strafe and each other button, none included, so the
             player can turn while it walks or shoots).
@@ -364,11 +390,10 @@ class DoomEnv(Env):
         if action_set == "combos":
             combos = button_combos(buttons)
             self.action_names = ["+".join(c) or "NOOP" for c in combos]
-            self._actions = [[1.0 if b in c else 0.0 for b in buttons] for c in combos]
+            self._actions = [button_vector(buttons, c) for c in combos]
         else:
-            self.action_names = buttons
-            self._actions = [[1.0 if i == a else 0.0 for i in range(n_buttons)]
-                             for a in range(n_buttons)]
+            self.action_names = button_presses(buttons)
+            self._actions = [button_vector(buttons, (p,)) for p in self.action_names]
         self.n_actions = len(self._actions)
         self.obs_shape = (game.get_screen_height(), game.get_screen_width())
         self.obs_dtype = np.dtype(np.uint8)
