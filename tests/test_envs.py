@@ -214,34 +214,40 @@ def test_doom_two_envs_in_two_threads():
     assert_same(*results)
 
 
+def _unshaped_play(env_id, seed, actions, variables):
+    """Play ``actions`` (to the episode's end) in an env without shaping: the
+    step rewards, and each named game variable's change per step, as arrays
+    read from the game directly (the reference for the shaped env)."""
+    var = [getattr(vizdoom.GameVariable, v) for v in variables]
+    rewards, changes = [], []
+    with make_env(env_id, seed=seed) as plain:
+        plain.reset()
+        game = plain._game
+        before = [game.get_game_variable(v) for v in var]
+        for act in actions:
+            _, r, term, trunc = plain.step(act)
+            after = [game.get_game_variable(v) for v in var]
+            rewards.append(r)
+            changes.append(np.subtract(after, before))
+            before = after
+            if term or trunc:
+                break
+    return np.array(rewards), list(np.array(changes).T)
+
+
 @pytest.mark.parametrize("env_process", [False, True])
 def test_doom_health_reward_adds_the_health_change_and_keeps_its_sum(env_process):
     """health_gathering, same seed and actions with and without the shaping:
     each step's reward differs by exactly health_reward x the HEALTH change
     (medkits +, acid and death -), and episode_shaping is their sum."""
-    rng = np.random.default_rng(0)
-    actions = rng.integers(0, 3, 400).tolist()
-    with make_env("doom:health_gathering", seed=5) as plain:
-        plain.reset()
-        game = plain._game
-        ra, health = [], []
-        h0 = game.get_game_variable(vizdoom.GameVariable.HEALTH)
-        for act in actions:
-            _, r, term, trunc = plain.step(act)
-            h1 = game.get_game_variable(vizdoom.GameVariable.HEALTH)
-            ra.append(r)
-            health.append(h1 - h0)
-            h0 = h1
-            if term or trunc:
-                break
+    actions = np.random.default_rng(0).integers(0, 3, 400).tolist()
+    ra, (d,) = _unshaped_play("doom:health_gathering", 5, actions, ["HEALTH"])
     with make_env("doom:health_gathering", seed=5, health_reward=2.0,
                   env_process=env_process) as shaped:
         b = rollout(shaped, actions)
         sh = shaped.episode_shaping
-    ra = np.array(ra)
     rb = np.array([r for _, r, _, _ in b[1:]])
-    assert len(ra) == len(rb) == len(health)
-    d = np.array(health)
+    assert len(ra) == len(rb) == len(d)
     assert (d > 0).any() and (d < 0).any()        # a medkit and the acid both seen
     np.testing.assert_array_equal(rb - ra, 2.0 * d)
     assert sh == 2.0 * d.sum()
@@ -255,31 +261,14 @@ def test_doom_ammo_reward_charges_each_shot_and_adds_to_the_health_term(env_proc
     each step's reward differs by exactly ammo_reward x the change in the
     selected weapon's ammo (one round per pistol shot) plus health_reward x
     the HEALTH change, and episode_shaping is their sum."""
-    rng = np.random.default_rng(1)
-    actions = rng.integers(0, 3, 600).tolist()
-    with make_env("doom:defend_the_center", seed=3) as plain:
-        plain.reset()
-        game = plain._game
-        var = vizdoom.GameVariable
-        ra, ammo, health = [], [], []
-        a0, h0 = game.get_game_variable(var.AMMO2), game.get_game_variable(var.HEALTH)
-        for act in actions:
-            _, r, term, trunc = plain.step(act)
-            a1, h1 = game.get_game_variable(var.AMMO2), game.get_game_variable(var.HEALTH)
-            ra.append(r)
-            ammo.append(a1 - a0)
-            health.append(h1 - h0)
-            a0, h0 = a1, h1
-            if term or trunc:
-                break
+    actions = np.random.default_rng(1).integers(0, 3, 600).tolist()
+    ra, (da, dh) = _unshaped_play("doom:defend_the_center", 3, actions, ["AMMO2", "HEALTH"])
     with make_env("doom:defend_the_center", seed=3, ammo_reward=0.25, health_reward=0.5,
                   env_process=env_process) as shaped:
         b = rollout(shaped, actions)
         sh = shaped.episode_shaping
-    ra = np.array(ra)
     rb = np.array([r for _, r, _, _ in b[1:]])
-    assert len(ra) == len(rb) == len(ammo)
-    da, dh = np.array(ammo), np.array(health)
+    assert len(ra) == len(rb) == len(da)
     assert set(np.unique(da)) == {-1.0, 0.0}         # shots seen, one round each
     assert (dh < 0).any()                            # and hits taken
     np.testing.assert_allclose(rb - ra, 0.25 * da + 0.5 * dh, rtol=0, atol=1e-12)
