@@ -277,6 +277,32 @@ def test_doom_ammo_reward_charges_each_shot_and_adds_to_the_health_term(env_proc
         make_env("doom:basic", ammo_reward="lots")
 
 
+def test_doom_ammo_reward_skips_a_weapon_switch_and_still_charges_shots():
+    """deathmatch holds a pistol (50 rounds) and a fist (no ammo):
+    SELECTED_WEAPON_AMMO jumps by 50 each way on a switch, which is no shot;
+    the ammo term adds nothing on those steps and still charges each round."""
+    with make_env("doom:deathmatch", seed=0, ammo_reward=1.0) as env:
+        names, game = env.action_names, env._game
+        env.reset()
+        ammo = game.get_game_variable(vizdoom.GameVariable.SELECTED_WEAPON_AMMO)
+        assert ammo > 0
+        plan = ["SELECT_WEAPON1"] * 3 + ["MOVE_FORWARD"] * 3 + ["SELECT_WEAPON2"] * 3 \
+            + ["MOVE_FORWARD"] * 3
+        weapons, shaping = [], []
+        for a in plan:
+            _, r, term, trunc = env.step(names.index(a))
+            assert not (term or trunc)
+            weapons.append(game.get_game_variable(vizdoom.GameVariable.SELECTED_WEAPON))
+            shaping.append(env.episode_shaping)
+        assert 1.0 in weapons and weapons[-1] == 2.0            # to the fist and back
+        assert shaping == [0.0] * len(plan)                     # not -50, then +50
+        for _ in range(4):
+            env.step(names.index("ATTACK"))
+        spent = ammo - game.get_game_variable(vizdoom.GameVariable.SELECTED_WEAPON_AMMO)
+        assert spent >= 1
+        assert env.episode_shaping == -spent
+
+
 def test_button_combos_press_at_most_one_of_each_exclusive_pair():
     from a3c_core.envs.doom import button_combos
 

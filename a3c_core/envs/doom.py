@@ -320,7 +320,9 @@ class DoomEnv(Env):
             weapon's ammo (SELECTED_WEAPON_AMMO) to the reward (0 = off): a
             shot then costs at once instead of only through the kill it can
             no longer make once the ammo is gone (no HUD shows the count).
-            Summed into :attr:`episode_shaping` with the health term.
+            A step that switches weapons adds no ammo term (the count read
+            is then another weapon's). Summed into :attr:`episode_shaping`
+            with the health term.
         action_set: ``"buttons"`` (one action per cfg button, one button
             pressed at a time: the scenario as shipped; a delta button such
             as LOOK_UP_DOWN_DELTA gives two, +1 and -1) or ``"combos"``
@@ -341,10 +343,15 @@ class DoomEnv(Env):
         self.episode_shaping = 0.0
         # (factor, game variable) per shaping term that is on, and each
         # variable's last value
+        self._ammo_var = vzd.GameVariable.SELECTED_WEAPON_AMMO
         self._shaping = [(f, v) for f, v in ((self.health_reward, vzd.GameVariable.HEALTH),
-                                             (self.ammo_reward, vzd.GameVariable.SELECTED_WEAPON_AMMO))
+                                             (self.ammo_reward, self._ammo_var))
                          if f]
         self._last_vars = [0.0] * len(self._shaping)
+        # SELECTED_WEAPON_AMMO jumps to the other weapon's count on a switch
+        # (pistol to fist: -50 in deathmatch): the ammo term skips that step
+        self._weapon_var = vzd.GameVariable.SELECTED_WEAPON if self.ammo_reward else None
+        self._weapon = 0.0
         self.env_id, self.cfg_path = resolve_scenario(scenario)
         self.frame_skip = check_frame_skip(frame_skip, DEFAULT_FRAME_SKIP)
         self.seed = int(seed)
@@ -443,6 +450,8 @@ class DoomEnv(Env):
         if self._shaping:
             self.episode_shaping = 0.0
             self._last_vars = [game.get_game_variable(v) for _, v in self._shaping]
+            if self._weapon_var is not None:
+                self._weapon = game.get_game_variable(self._weapon_var)
         return self._last_obs
 
     def step(self, action):
@@ -451,10 +460,15 @@ class DoomEnv(Env):
         game = self._game
         reward = game.make_action(self._actions[action], self.frame_skip)
         if self._shaping:
+            switched = False
+            if self._weapon_var is not None:
+                weapon = game.get_game_variable(self._weapon_var)
+                switched, self._weapon = weapon != self._weapon, weapon
             shaping = 0.0
             for i, (factor, var) in enumerate(self._shaping):
                 value = game.get_game_variable(var)
-                shaping += factor * (value - self._last_vars[i])
+                if not (switched and var == self._ammo_var):
+                    shaping += factor * (value - self._last_vars[i])
                 self._last_vars[i] = value
             self.episode_shaping += shaping
             reward += shaping
