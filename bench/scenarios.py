@@ -10,7 +10,9 @@ models.
 For each scenario: the random policy's average raw episode reward (uniform
 actions, ``--random-episodes`` episodes); per seed one training run
 (``<out>/<scenario>-s<seed>``; a run dir that already holds a finished run
-is read, not retrained, so an interrupted suite goes on where it stopped);
+is read, not retrained, so an interrupted suite goes on where it stopped,
+and one that ended before ``--minutes`` is resumed to it with ``a3c train
+--resume``, so a 10-minute suite's dir becomes a 30-minute one);
 the avg100 at each ``--marks`` minute (the last 100 episodes finished by
 then) as the median and range over the seeds; how those episodes ended at
 the last mark (episodes.csv's ``end``: died, timed out, or ended alive,
@@ -250,6 +252,30 @@ def run_summary(run_dir, seed, marks, command, wall):
                        for m in marks}}
 
 
+def short_of(run_dir, minutes):
+    """The seconds a finished run in ``run_dir`` ended short of ``minutes``
+    (0.0 when it reached them; its summary.json's ``seconds``, with a
+    second's slack for the stop's granularity)."""
+    with open(os.path.join(run_dir, "summary.json")) as fh:
+        seconds = float(json.load(fh).get("seconds", 0.0))
+    short = minutes * 60 - seconds
+    return short if short > 1.0 else 0.0
+
+
+def extend(run_dir, minutes):
+    """Resume the finished run in ``run_dir`` until ``minutes`` of training
+    in all (its own config, seed and workers: ``a3c train --resume``).
+    Returns (the command as shown, its wall seconds)."""
+    cmd = [sys.executable, "-m", "a3c_core", "train", "--resume", run_dir,
+           "--total-seconds", f"{minutes * 60:g}", "--quiet"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return " ".join(["a3c", *cmd[3:-1]]), wall
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=10.0, help="training budget per run")
@@ -298,8 +324,28 @@ def main(argv=None):
                    "--seed", str(seed), "--total-steps", "0",
                    "--total-seconds", f"{args.minutes * 60:g}", *shlex.split(args.train_args)]
             if os.path.exists(os.path.join(run_dir, "summary.json")):
-                print(f"{name} seed {seed}: reading the finished run in {run_dir}", flush=True)
                 command, wall = " ".join(cmd), None
+                try:
+                    short = short_of(run_dir, args.minutes)
+                except (OSError, ValueError, TypeError) as e:
+                    p.error(f"{run_dir}/summary.json is not a run's summary ({e}); "
+                            "restore it or remove the run dir")
+                if short:
+                    # the run as it was: its own budget, then the resume
+                    before = args.minutes * 60 - short
+                    command = command.replace(f"--total-seconds {args.minutes * 60:g}",
+                                              f"--total-seconds {before:.0f}")
+                    print(f"{name} seed {seed}: resuming the run in {run_dir}, {short:.0f} s "
+                          f"short of {args.minutes:g} min", flush=True)
+                    try:
+                        resumed, wall = extend(run_dir, args.minutes)
+                    except RuntimeError as e:
+                        print(f"{name} seed {seed}: FAILED\n{e}", file=sys.stderr, flush=True)
+                        failed.append(f"{name}-s{seed}")
+                        continue
+                    command = f"{command}; then {resumed}"
+                else:
+                    print(f"{name} seed {seed}: reading the finished run in {run_dir}", flush=True)
             elif os.path.exists(run_dir):
                 p.error(f"{run_dir} exists without a finished run; remove it")
             else:

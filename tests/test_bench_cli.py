@@ -480,3 +480,61 @@ def test_scenario_random_play_uses_the_actions_the_defaults_train_with(monkeypat
         mean, std = sc.random_policy_average(scenario, 1)
         assert np.isfinite(mean) and std == 0.0
     assert seen == {"doom:deadly_corridor": 54, "doom:basic": 3}
+
+
+def test_scenario_suite_resumes_a_shorter_finished_run_to_its_minutes(tmp_path, monkeypatch):
+    """A run dir holding a finished 10-minute run, read by a 30-minute suite,
+    is resumed to 30 minutes (``a3c train --resume``) and then read; a run
+    that already reached 30 minutes is only read; a resume that fails is
+    reported and the other seeds' results are kept."""
+    import json
+
+    sc = _load_bench("scenarios")
+
+    def write_run(d, seconds):
+        d.mkdir(exist_ok=True)
+        n = int(seconds // 3)               # one episode (return 1.0) every 3 s
+        with open(d / "episodes.csv", "w") as fh:
+            fh.write("episode,wall_time,step,worker,return,length,end\n")
+            for i in range(n):
+                fh.write(f"{i + 1},{3.0 * (i + 1):.1f},{10 * (i + 1)},0,1.0,10,died\n")
+        (d / "summary.json").write_text(json.dumps(
+            {"steps": 10 * n, "episodes": n, "seconds": seconds, "moving_avg": 1.0, "long_avg": 1.0}))
+
+    write_run(tmp_path / "basic-s0", 600.3)      # a 10-minute suite's run
+    write_run(tmp_path / "basic-s1", 1800.2)     # already at 30 minutes
+    write_run(tmp_path / "basic-s2", 600.4)
+    assert sc.short_of(str(tmp_path / "basic-s0"), 10) == 0.0
+    assert sc.short_of(str(tmp_path / "basic-s0"), 30) == pytest.approx(1199.7)
+    assert sc.short_of(str(tmp_path / "basic-s1"), 30) == 0.0
+
+    calls = []
+
+    def fake_extend(run_dir, minutes):
+        calls.append((os.path.basename(run_dir), minutes))
+        if run_dir.endswith("s2"):
+            raise RuntimeError("a3c train --resume ... failed (1)")
+        write_run(tmp_path / os.path.basename(run_dir), minutes * 60 + 0.2)
+        return f"a3c train --resume {run_dir} --total-seconds {minutes * 60:g}", 1200.0
+
+    monkeypatch.setattr(sc, "extend", fake_extend)
+    monkeypatch.setattr(sc, "random_policy_average", lambda name, episodes, seed=0: (0.0, 1.0))
+    rc = sc.main(["--minutes", "30", "--marks", "10,30", "--only", "basic", "--seeds", "0,1,2",
+                  "--out", str(tmp_path)])
+    assert rc == 1                                  # seed 2's resume failed
+    assert calls == [("basic-s0", 30.0), ("basic-s2", 30.0)]
+    runs = {r["seed"]: r for r in sc.load(str(tmp_path))[0]["runs"]}
+    assert sorted(runs) == [0, 1]
+    assert runs[0]["avg_at"] == {"10": 1.0, "30": 1.0} and runs[0]["episodes"] == 600
+    # the command as run: the 10-minute budget, then the resume
+    assert runs[0]["command"] == ("a3c train --env doom:basic --workers 2 --seed 0 --total-steps 0 "
+                                  "--total-seconds 600; then a3c train --resume "
+                                  f"{tmp_path / 'basic-s0'} --total-seconds 1800")
+    assert runs[0]["wall_s"] == 1200.0
+    assert "--resume" not in runs[1]["command"] and runs[1]["wall_s"] is None
+    # a corrupt summary is refused by name, and nothing is resumed or written over
+    (tmp_path / "basic-s2" / "summary.json").write_text("{not json")
+    calls.clear()
+    with pytest.raises(SystemExit):
+        sc.main(["--minutes", "30", "--only", "basic", "--seeds", "2", "--out", str(tmp_path)])
+    assert calls == [] and (tmp_path / "basic-s2" / "summary.json").read_text() == "{not json"
