@@ -117,17 +117,24 @@ def avg_at(t, ret, seconds, window=100):
     return None if k == 0 else float(ret[max(0, k - window):k].mean())
 
 
-def train(scenario, minutes, workers, seed, run_dir, extra=()):
-    cmd = [sys.executable, "-m", "a3c_core", "train", "--env", f"doom:{scenario}",
-           "--workers", str(workers), "--seed", str(seed), "--total-steps", "0",
-           "--total-seconds", str(minutes * 60), "--run-dir", run_dir, "--quiet", *extra]
+def _a3c(*args):
+    """Run ``a3c ARGS`` in this interpreter; returns (its stdout, wall
+    seconds).  RuntimeError with its output when it fails."""
+    cmd = [sys.executable, "-m", "a3c_core", *args]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    shown = ["a3c", *cmd[3:]]
-    return " ".join(shown), wall, proc.stdout.strip().splitlines()[-1]
+    return proc.stdout, wall
+
+
+def train(scenario, minutes, workers, seed, run_dir, extra=()):
+    args = ["train", "--env", f"doom:{scenario}", "--workers", str(workers), "--seed", str(seed),
+            "--total-steps", "0", "--total-seconds", str(minutes * 60), "--run-dir", run_dir,
+            "--quiet", *extra]
+    out, wall = _a3c(*args)
+    return " ".join(["a3c", *args]), wall, out.strip().splitlines()[-1]
 
 
 def plot(results, out_png):
@@ -257,7 +264,10 @@ def short_of(run_dir, minutes):
     (0.0 when it reached them; its summary.json's ``seconds``, with a
     second's slack for the stop's granularity)."""
     with open(os.path.join(run_dir, "summary.json")) as fh:
-        seconds = float(json.load(fh).get("seconds", 0.0))
+        summary = json.load(fh)
+    if not isinstance(summary, dict):
+        raise ValueError(f"a JSON {type(summary).__name__}, not an object")
+    seconds = float(summary.get("seconds", 0.0))
     short = minutes * 60 - seconds
     return short if short > 1.0 else 0.0
 
@@ -266,14 +276,9 @@ def extend(run_dir, minutes):
     """Resume the finished run in ``run_dir`` until ``minutes`` of training
     in all (its own config, seed and workers: ``a3c train --resume``).
     Returns (the command as shown, its wall seconds)."""
-    cmd = [sys.executable, "-m", "a3c_core", "train", "--resume", run_dir,
-           "--total-seconds", f"{minutes * 60:g}", "--quiet"]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return " ".join(["a3c", *cmd[3:-1]]), wall
+    args = ["train", "--resume", run_dir, "--total-seconds", f"{minutes * 60:g}"]
+    _, wall = _a3c(*args, "--quiet")
+    return " ".join(["a3c", *args]), wall
 
 
 def main(argv=None):

@@ -538,3 +538,7 @@ def test_scenario_suite_resumes_a_shorter_finished_run_to_its_minutes(tmp_path, 
     with pytest.raises(SystemExit):
         sc.main(["--minutes", "30", "--only", "basic", "--seeds", "2", "--out", str(tmp_path)])
     assert calls == [] and (tmp_path / "basic-s2" / "summary.json").read_text() == "{not json"
+    (tmp_path / "basic-s2" / "summary.json").write_text("[600.4]")    # JSON, but not a summary
+    with pytest.raises(SystemExit):
+        sc.main(["--minutes", "30", "--only", "basic", "--seeds", "2", "--out", str(tmp_path)])
+    assert calls == [] and (tmp_path / "basic-s2" / "summary.json").read_text() == "[600.4]"
