@@ -272,6 +272,18 @@ def short_of(run_dir, minutes):
     return short if short > 1.0 else 0.0
 
 
+def budget_of(run_dir):
+    """The ``total_seconds`` budget the run in ``run_dir`` was given (its
+    config.toml, as ``a3c train --resume`` reads it; a resumed run's is its
+    last budget), or None when the config cannot be read."""
+    from a3c_core.train.config import Config, ConfigError
+
+    try:
+        return Config.from_toml(os.path.join(run_dir, "config.toml"), saved_run=True).total_seconds
+    except ConfigError:
+        return None
+
+
 def extend(run_dir, minutes):
     """Resume the finished run in ``run_dir`` until ``minutes`` of training
     in all (its own config, seed and workers: ``a3c train --resume``).
@@ -350,6 +362,11 @@ def main(argv=None):
                         continue
                     command = f"{command}; then {resumed}"
                 else:
+                    # a longer run read at earlier marks: the budget it ran, not --minutes
+                    budget = budget_of(run_dir)
+                    if budget and budget > args.minutes * 60:
+                        command = command.replace(f"--total-seconds {args.minutes * 60:g}",
+                                                  f"--total-seconds {budget:g}")
                     print(f"{name} seed {seed}: reading the finished run in {run_dir}", flush=True)
             elif os.path.exists(run_dir):
                 p.error(f"{run_dir} exists without a finished run; remove it")

@@ -532,6 +532,18 @@ def test_scenario_suite_resumes_a_shorter_finished_run_to_its_minutes(tmp_path, 
                                   f"{tmp_path / 'basic-s0'} --total-seconds 1800")
     assert runs[0]["wall_s"] == 1200.0
     assert "--resume" not in runs[1]["command"] and runs[1]["wall_s"] is None
+    # a 30-minute run read by a 10-minute suite shows the budget it ran (its
+    # config.toml), not --minutes; without a readable config, --minutes
+    from a3c_core.train.config import Config
+
+    rc = sc.main(["--minutes", "10", "--only", "basic", "--seeds", "1", "--out", str(tmp_path)])
+    assert rc == 0 and "--total-seconds 600" in sc.load(str(tmp_path))[0]["runs"][0]["command"]
+    (tmp_path / "basic-s1" / "config.toml").write_text(
+        Config(env="doom:basic", total_seconds=1800.0).to_toml())
+    rc = sc.main(["--minutes", "10", "--only", "basic", "--seeds", "1", "--out", str(tmp_path)])
+    run = sc.load(str(tmp_path))[0]["runs"][0]
+    assert rc == 0 and calls == [("basic-s0", 30.0), ("basic-s2", 30.0)]   # nothing resumed
+    assert "--total-seconds 1800 " in run["command"] + " " and run["avg_at"] == {"10": 1.0}
     # a corrupt summary is refused by name, and nothing is resumed or written over
     (tmp_path / "basic-s2" / "summary.json").write_text("{not json")
     calls.clear()

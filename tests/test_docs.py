@@ -37,6 +37,11 @@ import sys
 
 import pytest
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FENCE = re.compile(r"^```(bash|sh|console)\s*\n(.*?)^```", re.S | re.M)
 QUICK_SCRIPTS = {"bench/blas_kernels.py"}
@@ -99,15 +104,11 @@ def _run(argv, tmp, timeout=300):
 
 
 def _extras():
-    import tomllib
-
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
         return set(tomllib.load(fh)["project"].get("optional-dependencies", {}))
 
 
 def _markers():
-    import tomllib
-
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
         lines = tomllib.load(fh)["tool"]["pytest"]["ini_options"].get("markers", [])
     return {m.split(":")[0].strip() for m in lines}

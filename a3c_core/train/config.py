@@ -13,7 +13,11 @@ import json
 import math
 import os
 import sys
-import tomllib
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser from the registry (pyproject: tomli below 3.11)
+    import tomli as tomllib
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
