@@ -13,11 +13,6 @@ import json
 import math
 import os
 import sys
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser from the registry (pyproject: tomli below 3.11)
-    import tomli as tomllib
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
@@ -26,6 +21,11 @@ from a3c_core.envs import unknown_id_error
 from a3c_core.envs.doom import ACTION_SETS
 from a3c_core.envs.families import EnvFamily, UnknownEnvId, family_of
 from a3c_core.specs import SPECS, spec_options
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser from the registry (pyproject: tomli below 3.11)
+    import tomli as tomllib
 
 
 #: fields that earlier versions had, and why each went (docs/results.md has the
