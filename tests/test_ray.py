@@ -206,10 +206,13 @@ def test_ray_run_learns_cartpole(cluster, tmp_path):
     cfg = _cfg(tmp_path, target_reward=475.0, total_seconds=150.0, entropy_beta=0.001)
     res = train_ray(cfg, RayOptions(nodes=2, shards=2, sync_ms=20, start_timeout=120))
     assert res.status == "done", res
-    assert res.moving_avg is not None and res.moving_avg >= 475, res
     run = tmp_path / "run"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["stop_reason"] == "target_reward"
+    # the window that met the target; a node's last batch, played as the run stopped, lands
+    # after it and can move the final average a little (472.8 in one CI run)
+    assert summary["target_reached"]["moving_avg"] >= 475, summary
+    assert res.moving_avg is not None and res.moving_avg >= 450, res
     assert summary["ray"]["ray_nodes"] == 2 and summary["ray"]["sync_rounds"] > 0
     # both nodes' workers wrote into the one episodes.csv
     rows = (run / "episodes.csv").read_text().splitlines()[1:]

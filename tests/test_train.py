@@ -188,6 +188,28 @@ def test_worker_exception_stops_run_and_checkpoints(tmp_path, monkeypatch):
     assert summary["status"] == "failed"
 
 
+def test_target_reward_stop_records_the_average_that_met_it(tmp_path):
+    # random CartPole play averages ~22, so a target of 15 over 10 episodes is met at once
+    cfg = Config(env="CartPole-v1", workers=2, total_steps=1_000_000, quiet=True,
+                 tensorboard=False, checkpoint_interval=0, target_reward=15.0,
+                 reward_window=10, run_dir=str(tmp_path / "run"))
+    res = Trainer(cfg).run()
+    summary = json.load(open(os.path.join(str(tmp_path / "run"), "summary.json")))
+    assert summary["stop_reason"] == "target_reward"
+    hit = summary["target_reached"]
+    # the window that met the target, not the final one (episodes in flight at the stop
+    # still land after it): its own average, at or before the run's end
+    assert hit["moving_avg"] >= 15.0
+    assert 0 < hit["steps"] <= res.steps and 10 <= hit["episodes"] <= res.episodes
+    assert hit["seconds"] <= res.seconds
+    # a run that stops for another reason records none
+    cfg2 = Config(env="CartPole-v1", workers=1, total_steps=300, quiet=True, tensorboard=False,
+                  checkpoint_interval=0, run_dir=str(tmp_path / "run2"))
+    Trainer(cfg2).run()
+    summary2 = json.load(open(os.path.join(str(tmp_path / "run2"), "summary.json")))
+    assert summary2["stop_reason"] == "total_steps" and summary2["target_reached"] is None
+
+
 def test_keyboard_interrupt_writes_checkpoint(tmp_path):
     cfg = Config(env="CartPole-v1", workers=2, total_steps=10_000_000, quiet=True,
                  tensorboard=False, checkpoint_interval=0, run_dir=str(tmp_path / "run"))

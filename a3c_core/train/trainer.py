@@ -272,6 +272,7 @@ class Trainer:
         self.best_avg = -np.inf if self.best_avg is None else float(self.best_avg)
         self.best_step = meta.get("best_step")
         self.stop_reason = None
+        self.target_reached = None
 
     # -- the run's parts (read by backends, benchmarks and tests) --------------
     @property
@@ -615,6 +616,12 @@ class Trainer:
                 self.stop_event.set()
             if (cfg.target_reward is not None and short is not None
                     and n_eps >= cfg.reward_window and short >= cfg.target_reward):
+                if self.stop_reason != "target_reward":
+                    # the average that met the target: episodes still in flight when the
+                    # workers stop (a Ray node's last batch) move the final window after it
+                    self.target_reached = {"moving_avg": float(short), "steps": steps,
+                                           "episodes": int(self.shared.episodes),
+                                           "seconds": round(self.elapsed(), 3)}
                 self.stop_reason = "target_reward"
                 self.stop_event.set()
             skips = backend.consecutive_skips()
@@ -736,7 +743,8 @@ class Trainer:
 
     def _write_summary(self, result):
         d = result.to_dict()
-        d.update(stop_reason=self.stop_reason, updates=int(self.shared.updates),
+        d.update(stop_reason=self.stop_reason, target_reached=self.target_reached,
+                 updates=int(self.shared.updates),
                  errors=[f"{w}: {t.strip().splitlines()[-1]}" for w, t in self.errors])
         tmp = os.path.join(self.run_dir, ".summary.json.tmp")
         with open(tmp, "w") as fh:
