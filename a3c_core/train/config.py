@@ -146,7 +146,8 @@ class Config:
     reward_clip: Optional[float] = _f(None, "clip raw rewards to [-reward_clip, reward_clip] for learning (default: the family's; 1 for Atari, 0 = off)")
     total_steps: int = _f(300_000, "stop after this many agent steps (0 = no limit)")
     total_seconds: float = _f(0.0, "stop after this many seconds of training (0 = no limit)")
-    target_reward: Optional[float] = _f(None, "stop once the reward_window-episode average of raw rewards reaches this")
+    target_reward: Optional[float] = _f(None, "stop once the reward_window-episode average of raw rewards "
+                                              "reaches this (summary.json: target_reached)")
     reward_window: int = _f(100, "episodes in the short moving average of raw rewards; the long one spans 10x as many")
     seed: int = _f(0, "random seed: worker i's env and sampling are seeded from (seed, i, resume count)")
     frame_skip: Optional[int] = _f(None, "frames per action, 1-64 (default: the family's; 4 for doom and Atari, 1 otherwise)")

@@ -616,7 +616,7 @@ class Trainer:
                 self.stop_event.set()
             if (cfg.target_reward is not None and short is not None
                     and n_eps >= cfg.reward_window and short >= cfg.target_reward):
-                if self.stop_reason != "target_reward":
+                if self.target_reached is None:
                     # the average that met the target: episodes still in flight when the
                     # workers stop (a Ray node's last batch) move the final window after it
                     self.target_reached = {"moving_avg": float(short), "steps": steps,
