@@ -60,9 +60,12 @@ def test_resolve_amsgrad_and_anneal():
     assert _r(env="ALE/Pong-v5").anneal_steps == 0
     assert _r("vector", **cart).anneal_steps == 0
     assert _r(total_steps=0).anneal_steps == 1_000_000          # not the budget
-    # defend_the_line's own default: no anneal (the rate stays 1e-4); a flag still turns it on
-    assert _r(env="doom:defend_the_line").anneal_steps == 0
-    assert _r(env="doom:defend_the_line").lr == pytest.approx(1e-4)
+    # defend_the_line's own default: doom-ff, no anneal (the rate stays 1e-4);
+    # doom-lstm chosen there keeps the no-anneal; flags still win
+    line = _r(env="doom:defend_the_line")
+    assert (line.spec, line.anneal_steps, line.lr) == ("doom-ff", 0, pytest.approx(1e-4))
+    assert _r(env="doom:defend_the_line", spec="doom-lstm").spec == "doom-lstm"
+    assert _r(env="doom:defend_the_line", spec="doom-lstm").anneal_steps == 0
     assert _r(env="doom:defend_the_line", lr_anneal=True).anneal_steps == 1_000_000
     # and GAE at 0.95 there, n-step returns (1.0) elsewhere; a flag still wins
     assert _r(env="doom:defend_the_line").gae_lambda == 0.95

@@ -111,7 +111,7 @@ class Config:
     """A3C training configuration (defaults: the standard doom:basic workload)."""
 
     env: str = _f("doom:basic", "environment id: doom:<scenario>, doom:<path.cfg>, an Atari id (ALE/Pong-v5, PongNoFrameskip-v4), gym:<id> or a gymnasium id")
-    spec: str = _f("auto", "network spec, or auto: the env family's (doom-lstm for images, atari-lstm for Atari and doom:my_way_home, mlp-lstm for vectors)")
+    spec: str = _f("auto", "network spec, or auto: the env family's (doom-lstm for images, doom-ff on doom:defend_the_line, atari-lstm for Atari and doom:my_way_home, mlp-lstm for vectors)")
     hidden: Optional[str] = _f(None, "hidden layer sizes of the mlp/mlp-lstm encoder, comma separated (default 64,64)")
     lstm_size: Optional[int] = _f(None, "LSTM size (default: the spec's, 256 for the image specs, 64 for mlp-lstm)")
     workers: int = _f(0, "number of workers, 0-256 (0 = one per CPU core)")
