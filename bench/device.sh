@@ -8,7 +8,8 @@
 #   bash bench/device.sh --help
 #
 # WHEEL_DIR: wheels the machine lacks (vizdoom, gymnasium,
-# farama-notifications for its Python), installed under /tmp/a3c_site.
+# farama-notifications for its Python; setuptools >= 77 where its own is
+# older, for pyproject's license string), installed under /tmp/a3c_site.
 # TRAINED_RUN: a trained doom:basic run directory (for the converged rows).
 # JOBS=FILE (environment) runs training jobs instead of steps 1-3: each line
 # "NAME CORES ARGS..." is `a3c train ARGS` pinned to its own CORES cores
@@ -16,6 +17,12 @@
 # /tmp/a3c_runs);
 # their logs, configs, episodes.csv and metrics.csv come back as
 # OUT/runs.tar.gz (checkpoints and TensorBoard files left out).
+# BUDGET=S (with JOBS) runs the jobs one after another instead, each on
+# cores 0..CORES-1, within S seconds from the first job's start: a job
+# whose --total-seconds runs past what is left gets what is left, and
+# one is skipped with under MIN_JOB (default 60) seconds left.
+# COMPILE_SPECS: the network specs the Numba cache is built for before
+# the jobs (default "doom-lstm").
 #
 # Steps (the shared start first: machine facts into OUT/machine.txt, the
 # wheels, the Cython extensions built in place, a Numba cache in /tmp):
@@ -29,7 +36,7 @@
 # About 4 minutes on a 16-core Xeon. docs/benchmarks.md says how to use it.
 set -u
 case "${1:-}" in
-    -h|--help|"") sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ]; exit $? ;;
+    -h|--help|"") sed -n '2,/^set -u/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ]; exit $? ;;
 esac
 OUT=$1
 WHL=${2:-}
@@ -73,12 +80,30 @@ export NUMBA_CACHE_DIR=/tmp/a3c_numba_cache
 # --- training jobs (JOBS=FILE) -------------------------------------------------
 if [ -n "${JOBS:-}" ]; then
     stamp "numba cache"          # once, before the jobs would compile side by side
-    $PY -m a3c_core compile --spec doom-lstm | tail -1
+    specs=()
+    for sp in ${COMPILE_SPECS:-doom-lstm}; do specs+=(--spec "$sp"); done
+    $PY -m a3c_core compile "${specs[@]}" | tail -1
     jd=${JOB_DIR:-/tmp/a3c_runs}
     mkdir -p "$jd"
     core=0
+    tj=$(date +%s)
     while read -r name cores args; do
         case "$name" in ""|\#*) continue ;; esac
+        if [ -n "${BUDGET:-}" ]; then   # one after another, within BUDGET seconds
+            left=$(( BUDGET - ($(date +%s) - tj) ))
+            if [ "$left" -lt "${MIN_JOB:-60}" ]; then stamp "$name skipped: ${left} s left"; continue; fi
+            if [[ " $args " =~ --total-seconds[\ =]([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -gt "$left" ]; then
+                args="$args --total-seconds $left"   # argparse: the last one counts
+            fi
+            stamp "$name on cores 0-$((cores - 1)): a3c train $args"
+            # shellcheck disable=SC2086  # ARGS is a flag list
+            taskset -c "0-$((cores - 1))" $PY -m a3c_core train $args --quiet \
+                --run-dir "$jd/$name" >"$jd/$name.log" 2>&1
+            stamp "$name done (rc $?)"
+            # packed after each job, so a call cut short still returns the finished ones
+            tar czf "$OUT/runs.tar.gz" --exclude=checkpoints --exclude=tb -C "$(dirname "$jd")" "$(basename "$jd")"
+            continue
+        fi
         last=$((core + cores - 1))
         stamp "$name on cores $core-$last: a3c train $args"
         # shellcheck disable=SC2086  # ARGS is a flag list

@@ -396,6 +396,45 @@ def test_device_runner_jobs_pins_each_job_and_packs_the_logs(tmp_path):
     assert r.returncode == 2 and "JOBS file not readable" in r.stderr
 
 
+def test_device_runner_budget_runs_jobs_in_turn_within_the_budget(tmp_path):
+    """bench/device.sh with JOBS and BUDGET: the jobs run one after another,
+    each on cores 0..CORES-1; a job asking for more --total-seconds than is
+    left gets what is left (appended, argparse keeps the last), a shorter
+    one keeps its own, and with under MIN_JOB seconds left a job is
+    skipped and says so.  A stand-in "python" records its arguments."""
+    import re
+    import shutil
+    import subprocess
+    import tarfile
+
+    if shutil.which("bash") is None or shutil.which("taskset") is None:
+        pytest.skip("no bash or taskset")
+    if not {0, 1} <= os.sched_getaffinity(0):
+        pytest.skip("cores 0 and 1 are not both ours")
+    py = tmp_path / "py"
+    py.write_text('#!/bin/sh\necho "cores $(taskset -cp $$ | sed \'s/.*: //\') args $*"\n')
+    py.chmod(0o755)
+    jobs = tmp_path / "jobs.txt"
+    jobs.write_text("a 2 --seed 0 --total-seconds 600\nb 1 --seed 1 --total-seconds 5\n")
+    out, jd = tmp_path / "out", tmp_path / "runs"
+    env = dict(os.environ, PYTHON=str(py), JOBS=str(jobs), JOB_DIR=str(jd), BUDGET="100")
+    r = subprocess.run(["bash", os.path.join(BENCH, "device.sh"), str(out)], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    a, b = (jd / "a.log").read_text(), (jd / "b.log").read_text()
+    m = re.search(r"cores 0[,-]1 args -m a3c_core train --seed 0 --total-seconds 600 --total-seconds (\d+) --quiet", a)
+    assert m and 90 <= int(m.group(1)) <= 100, a
+    assert re.search(r"cores 0 args -m a3c_core train --seed 1 --total-seconds 5 --quiet", b), b
+    assert r.stdout.index("a done") < r.stdout.index("b on cores 0-0")   # in turn, not at once
+    with tarfile.open(out / "runs.tar.gz") as t:
+        assert {"runs/a.log", "runs/b.log"} <= set(t.getnames())
+    env.update(MIN_JOB="1000", JOB_DIR=str(tmp_path / "runs2"))
+    r = subprocess.run(["bash", os.path.join(BENCH, "device.sh"), str(tmp_path / "out2")], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "a skipped:" in r.stdout and "b skipped:" in r.stdout, r.stdout
+    assert not (tmp_path / "runs2" / "a.log").exists()
+
+
 def test_scenario_table_reads_runs_at_marks_and_counts_runs_below_random(tmp_path):
     """bench/scenarios.py's table from three finished run dirs: the avg100 of
     the episodes finished by each mark, median and range over the seeds, a
