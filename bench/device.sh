@@ -19,8 +19,9 @@
 # OUT/runs.tar.gz (checkpoints and TensorBoard files left out).
 # BUDGET=S (with JOBS) runs the jobs one after another instead, each on
 # cores 0..CORES-1, within S seconds from the first job's start: a job
-# whose --total-seconds runs past what is left gets what is left, and
-# one is skipped with under MIN_JOB (default 60) seconds left.
+# without --total-seconds, or whose --total-seconds runs past what is
+# left, gets what is left, and one is skipped with under MIN_JOB (default
+# 60) seconds left.
 # COMPILE_SPECS: the network specs the Numba cache is built for before
 # the jobs (default "doom-lstm").
 #
@@ -48,6 +49,10 @@ if [ -n "${JOBS:-}" ]; then     # a bad jobs file fails here, before the build s
             echo "device.sh: $JOBS: job '$name' needs a core count > 0 after its name, got '$cores'" >&2
             exit 2; }
     done <"$JOBS"
+    for v in BUDGET MIN_JOB; do
+        [ -z "${!v:-}" ] || [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || {
+            echo "device.sh: $v must be a whole number of seconds > 0, got '${!v}'" >&2; exit 2; }
+    done
 fi
 RUN=${3:-}
 WORKERS=${WORKERS:-1 8 16}
@@ -92,7 +97,7 @@ if [ -n "${JOBS:-}" ]; then
         if [ -n "${BUDGET:-}" ]; then   # one after another, within BUDGET seconds
             left=$(( BUDGET - ($(date +%s) - tj) ))
             if [ "$left" -lt "${MIN_JOB:-60}" ]; then stamp "$name skipped: ${left} s left"; continue; fi
-            if [[ " $args " =~ --total-seconds[\ =]([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -gt "$left" ]; then
+            if ! [[ " $args " =~ --total-seconds[\ =]([0-9]+) ]] || [ "${BASH_REMATCH[1]}" -gt "$left" ]; then
                 args="$args --total-seconds $left"   # argparse: the last one counts
             fi
             stamp "$name on cores 0-$((cores - 1)): a3c train $args"

@@ -399,9 +399,10 @@ def test_device_runner_jobs_pins_each_job_and_packs_the_logs(tmp_path):
 def test_device_runner_budget_runs_jobs_in_turn_within_the_budget(tmp_path):
     """bench/device.sh with JOBS and BUDGET: the jobs run one after another,
     each on cores 0..CORES-1; a job asking for more --total-seconds than is
-    left gets what is left (appended, argparse keeps the last), a shorter
-    one keeps its own, and with under MIN_JOB seconds left a job is
-    skipped and says so.  A stand-in "python" records its arguments."""
+    left, or none, gets what is left (appended, argparse keeps the last), a
+    shorter one keeps its own, with under MIN_JOB seconds left a job is
+    skipped and says so, and a malformed BUDGET is refused up front.  A
+    stand-in "python" records its arguments."""
     import re
     import shutil
     import subprocess
@@ -415,7 +416,7 @@ def test_device_runner_budget_runs_jobs_in_turn_within_the_budget(tmp_path):
     py.write_text('#!/bin/sh\necho "cores $(taskset -cp $$ | sed \'s/.*: //\') args $*"\n')
     py.chmod(0o755)
     jobs = tmp_path / "jobs.txt"
-    jobs.write_text("a 2 --seed 0 --total-seconds 600\nb 1 --seed 1 --total-seconds 5\n")
+    jobs.write_text("a 2 --seed 0 --total-seconds 600\nb 1 --seed 1 --total-seconds 5\nc 1 --seed 2\n")
     out, jd = tmp_path / "out", tmp_path / "runs"
     env = dict(os.environ, PYTHON=str(py), JOBS=str(jobs), JOB_DIR=str(jd), BUDGET="100")
     r = subprocess.run(["bash", os.path.join(BENCH, "device.sh"), str(out)], env=env,
@@ -425,6 +426,8 @@ def test_device_runner_budget_runs_jobs_in_turn_within_the_budget(tmp_path):
     m = re.search(r"cores 0[,-]1 args -m a3c_core train --seed 0 --total-seconds 600 --total-seconds (\d+) --quiet", a)
     assert m and 90 <= int(m.group(1)) <= 100, a
     assert re.search(r"cores 0 args -m a3c_core train --seed 1 --total-seconds 5 --quiet", b), b
+    c = (jd / "c.log").read_text()      # no --total-seconds of its own: what is left
+    assert re.search(r"cores 0 args -m a3c_core train --seed 2 --total-seconds (9\d|100) --quiet", c), c
     assert r.stdout.index("a done") < r.stdout.index("b on cores 0-0")   # in turn, not at once
     with tarfile.open(out / "runs.tar.gz") as t:
         assert {"runs/a.log", "runs/b.log"} <= set(t.getnames())
@@ -433,6 +436,12 @@ def test_device_runner_budget_runs_jobs_in_turn_within_the_budget(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "a skipped:" in r.stdout and "b skipped:" in r.stdout, r.stdout
     assert not (tmp_path / "runs2" / "a.log").exists()
+    # a budget that is not a whole number of seconds is refused before anything runs
+    env.update(BUDGET="8m")
+    r = subprocess.run(["bash", os.path.join(BENCH, "device.sh"), str(tmp_path / "out3")], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "BUDGET must be a whole number of seconds > 0, got '8m'" in r.stderr
+    assert not (tmp_path / "out3").exists()
 
 
 def test_scenario_table_reads_runs_at_marks_and_counts_runs_below_random(tmp_path):
