@@ -20,8 +20,8 @@
 # BUDGET=S (with JOBS) runs the jobs one after another instead, each on
 # cores 0..CORES-1, within S seconds from the first job's start: a job
 # without --total-seconds, or whose --total-seconds runs past what is
-# left, gets what is left, and one is skipped with under MIN_JOB (default
-# 60) seconds left.
+# left, gets what is left (its start, a few seconds, comes on top), and
+# one is skipped with under MIN_JOB (default 60) seconds left.
 # COMPILE_SPECS: the network specs the Numba cache is built for before
 # the jobs (default "doom-lstm").
 #
@@ -88,8 +88,12 @@ if [ -n "${JOBS:-}" ]; then
     specs=()
     for sp in ${COMPILE_SPECS:-doom-lstm}; do specs+=(--spec "$sp"); done
     $PY -m a3c_core compile "${specs[@]}" | tail -1
+    [ "${PIPESTATUS[0]}" = 0 ] || { echo "device.sh: the Numba cache failed (COMPILE_SPECS='${COMPILE_SPECS:-doom-lstm}'); no job was started" >&2; exit 2; }
     jd=${JOB_DIR:-/tmp/a3c_runs}
     mkdir -p "$jd"
+    # shellcheck disable=SC2086  # ARGS is a flag list
+    job() { taskset -c "$1" $PY -m a3c_core train $3 --quiet --run-dir "$jd/$2" >"$jd/$2.log" 2>&1; }
+    pack() { tar czf "$OUT/runs.tar.gz" --exclude=checkpoints --exclude=tb -C "$(dirname "$jd")" "$(basename "$jd")"; }
     core=0
     tj=$(date +%s)
     while read -r name cores args; do
@@ -101,25 +105,20 @@ if [ -n "${JOBS:-}" ]; then
                 args="$args --total-seconds $left"   # argparse: the last one counts
             fi
             stamp "$name on cores 0-$((cores - 1)): a3c train $args"
-            # shellcheck disable=SC2086  # ARGS is a flag list
-            taskset -c "0-$((cores - 1))" $PY -m a3c_core train $args --quiet \
-                --run-dir "$jd/$name" >"$jd/$name.log" 2>&1
+            job "0-$((cores - 1))" "$name" "$args"
             stamp "$name done (rc $?)"
-            # packed after each job, so a call cut short still returns the finished ones
-            tar czf "$OUT/runs.tar.gz" --exclude=checkpoints --exclude=tb -C "$(dirname "$jd")" "$(basename "$jd")"
+            pack      # after each job, so a call cut short still returns the finished ones
             continue
         fi
         last=$((core + cores - 1))
         stamp "$name on cores $core-$last: a3c train $args"
-        # shellcheck disable=SC2086  # ARGS is a flag list
-        taskset -c "$core-$last" $PY -m a3c_core train $args --quiet \
-            --run-dir "$jd/$name" >"$jd/$name.log" 2>&1 &
+        job "$core-$last" "$name" "$args" &
         core=$((last + 1))
     done <"$JOBS"
     wait
     stamp "jobs done"
     tail -n 3 "$jd"/*.log
-    tar czf "$OUT/runs.tar.gz" --exclude=checkpoints --exclude=tb -C "$(dirname "$jd")" "$(basename "$jd")"
+    pack
     exit 0
 fi
 

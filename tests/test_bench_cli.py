@@ -356,14 +356,12 @@ def test_device_runner_help_and_syntax():
     assert r.returncode != 0 and "bash bench/device.sh OUT_DIR" in r.stdout
 
 
-def test_device_runner_jobs_pins_each_job_and_packs_the_logs(tmp_path):
-    """bench/device.sh with JOBS=FILE: each job line becomes one `a3c train`
-    on its own consecutive cores (taskset), comment lines are skipped, and
-    the job logs come back in OUT/runs.tar.gz.  A stand-in "python" records
-    its arguments instead of training."""
+def _device_stand_in(tmp_path):
+    """A stand-in "python" for bench/device.sh that prints the cores it runs
+    on and its arguments instead of training (skips where taskset or cores
+    0 and 1 are missing), and a runner of device.sh with an environment."""
     import shutil
     import subprocess
-    import tarfile
 
     if shutil.which("bash") is None or shutil.which("taskset") is None:
         pytest.skip("no bash or taskset")
@@ -372,12 +370,26 @@ def test_device_runner_jobs_pins_each_job_and_packs_the_logs(tmp_path):
     py = tmp_path / "py"
     py.write_text('#!/bin/sh\necho "cores $(taskset -cp $$ | sed \'s/.*: //\') args $*"\n')
     py.chmod(0o755)
+
+    def run(out, env):
+        return subprocess.run(["bash", os.path.join(BENCH, "device.sh"), str(out)], env=env,
+                              capture_output=True, text=True, timeout=60)
+    return py, run
+
+
+def test_device_runner_jobs_pins_each_job_and_packs_the_logs(tmp_path):
+    """bench/device.sh with JOBS=FILE: each job line becomes one `a3c train`
+    on its own consecutive cores (taskset), comment lines are skipped, and
+    the job logs come back in OUT/runs.tar.gz.  A stand-in "python" records
+    its arguments instead of training."""
+    import tarfile
+
+    py, run = _device_stand_in(tmp_path)
     jobs = tmp_path / "jobs.txt"
     jobs.write_text("# a comment\na 1 --env doom:basic --seed 0\n\nb 1 --env doom:basic --seed 1\n")
     out, jd = tmp_path / "out", tmp_path / "runs"
     env = dict(os.environ, PYTHON=str(py), JOBS=str(jobs), JOB_DIR=str(jd))
-    r = subprocess.run(["bash", os.path.join(BENCH, "device.sh"), str(out)], env=env,
-                       capture_output=True, text=True, timeout=60)
+    r = run(out, env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "cores 0 args -m a3c_core train --env doom:basic --seed 0 --quiet" in (jd / "a.log").read_text()
     assert "cores 1 args -m a3c_core train --env doom:basic --seed 1 --quiet" in (jd / "b.log").read_text()
@@ -386,13 +398,11 @@ def test_device_runner_jobs_pins_each_job_and_packs_the_logs(tmp_path):
         assert {"runs/a.log", "runs/b.log"} <= set(t.getnames())
     # a bad jobs file is refused up front, naming the job and the file
     jobs.write_text("a 1 --seed 0\nb x --seed 1\n")
-    r = subprocess.run(["bash", os.path.join(BENCH, "device.sh"), str(tmp_path / "out2")], env=env,
-                       capture_output=True, text=True, timeout=60)
+    r = run(tmp_path / "out2", env)
     assert r.returncode == 2 and "job 'b' needs a core count > 0 after its name, got 'x'" in r.stderr
     assert not (tmp_path / "out2").exists()
     env["JOBS"] = str(tmp_path / "nope.txt")
-    r = subprocess.run(["bash", os.path.join(BENCH, "device.sh"), str(tmp_path / "out2")], env=env,
-                       capture_output=True, text=True, timeout=60)
+    r = run(tmp_path / "out2", env)
     assert r.returncode == 2 and "JOBS file not readable" in r.stderr
 
 
@@ -404,23 +414,14 @@ def test_device_runner_budget_runs_jobs_in_turn_within_the_budget(tmp_path):
     skipped and says so, and a malformed BUDGET is refused up front.  A
     stand-in "python" records its arguments."""
     import re
-    import shutil
-    import subprocess
     import tarfile
 
-    if shutil.which("bash") is None or shutil.which("taskset") is None:
-        pytest.skip("no bash or taskset")
-    if not {0, 1} <= os.sched_getaffinity(0):
-        pytest.skip("cores 0 and 1 are not both ours")
-    py = tmp_path / "py"
-    py.write_text('#!/bin/sh\necho "cores $(taskset -cp $$ | sed \'s/.*: //\') args $*"\n')
-    py.chmod(0o755)
+    py, run = _device_stand_in(tmp_path)
     jobs = tmp_path / "jobs.txt"
     jobs.write_text("a 2 --seed 0 --total-seconds 600\nb 1 --seed 1 --total-seconds 5\nc 1 --seed 2\n")
     out, jd = tmp_path / "out", tmp_path / "runs"
     env = dict(os.environ, PYTHON=str(py), JOBS=str(jobs), JOB_DIR=str(jd), BUDGET="100")
-    r = subprocess.run(["bash", os.path.join(BENCH, "device.sh"), str(out)], env=env,
-                       capture_output=True, text=True, timeout=60)
+    r = run(out, env)
     assert r.returncode == 0, r.stdout + r.stderr
     a, b = (jd / "a.log").read_text(), (jd / "b.log").read_text()
     m = re.search(r"cores 0[,-]1 args -m a3c_core train --seed 0 --total-seconds 600 --total-seconds (\d+) --quiet", a)
@@ -432,14 +433,12 @@ def test_device_runner_budget_runs_jobs_in_turn_within_the_budget(tmp_path):
     with tarfile.open(out / "runs.tar.gz") as t:
         assert {"runs/a.log", "runs/b.log"} <= set(t.getnames())
     env.update(MIN_JOB="1000", JOB_DIR=str(tmp_path / "runs2"))
-    r = subprocess.run(["bash", os.path.join(BENCH, "device.sh"), str(tmp_path / "out2")], env=env,
-                       capture_output=True, text=True, timeout=60)
+    r = run(tmp_path / "out2", env)
     assert r.returncode == 0 and "a skipped:" in r.stdout and "b skipped:" in r.stdout, r.stdout
     assert not (tmp_path / "runs2" / "a.log").exists()
     # a budget that is not a whole number of seconds is refused before anything runs
     env.update(BUDGET="8m")
-    r = subprocess.run(["bash", os.path.join(BENCH, "device.sh"), str(tmp_path / "out3")], env=env,
-                       capture_output=True, text=True, timeout=60)
+    r = run(tmp_path / "out3", env)
     assert r.returncode == 2 and "BUDGET must be a whole number of seconds > 0, got '8m'" in r.stderr
     assert not (tmp_path / "out3").exists()
 
