@@ -22,6 +22,10 @@
 # without --total-seconds, or whose --total-seconds runs past what is
 # left, gets what is left (its start, a few seconds, comes on top), and
 # one is skipped with under MIN_JOB (default 60) seconds left.
+# A job "NAME CORES --resume JOB_DIR/NAME --total-seconds T ..." goes on
+# with a run an earlier call left on a still-warm machine: its log is
+# appended to, and under BUDGET its T (the run's training time in all, as
+# `a3c train --resume` counts it) is capped at what it had plus what is left.
 # COMPILE_SPECS: the network specs the Numba cache is built for before
 # the jobs (default "doom-lstm").
 #
@@ -92,7 +96,9 @@ if [ -n "${JOBS:-}" ]; then
     jd=${JOB_DIR:-/tmp/a3c_runs}
     mkdir -p "$jd"
     # shellcheck disable=SC2086  # ARGS is a flag list
-    job() { taskset -c "$1" $PY -m a3c_core train $3 --quiet --run-dir "$jd/$2" >"$jd/$2.log" 2>&1; }
+    job() {   # a resumed run's log goes on; any other job's starts empty
+        [[ " $3 " =~ \ --resume[\ =] ]] || : >"$jd/$2.log"
+        taskset -c "$1" $PY -m a3c_core train $3 --quiet --run-dir "$jd/$2" >>"$jd/$2.log" 2>&1; }
     pack() { tar czf "$OUT/runs.tar.gz" --exclude=checkpoints --exclude=tb -C "$(dirname "$jd")" "$(basename "$jd")"; }
     core=0
     tj=$(date +%s)
@@ -101,8 +107,13 @@ if [ -n "${JOBS:-}" ]; then
         if [ -n "${BUDGET:-}" ]; then   # one after another, within BUDGET seconds
             left=$(( BUDGET - ($(date +%s) - tj) ))
             if [ "$left" -lt "${MIN_JOB:-60}" ]; then stamp "$name skipped: ${left} s left"; continue; fi
-            if ! [[ " $args " =~ --total-seconds[\ =]([0-9]+) ]] || [ "${BASH_REMATCH[1]}" -gt "$left" ]; then
-                args="$args --total-seconds $left"   # argparse: the last one counts
+            cap=$left   # a resumed run's --total-seconds counts its training so far as well
+            if [[ " $args " =~ \ --resume[\ =]([^ ]+) ]]; then
+                done_s=$(sed -n 's/^ *"seconds": *\([0-9]*\).*/\1/p' "${BASH_REMATCH[1]}/summary.json" 2>/dev/null)
+                cap=$((left + ${done_s:-0}))
+            fi
+            if ! [[ " $args " =~ --total-seconds[\ =]([0-9]+) ]] || [ "${BASH_REMATCH[1]}" -gt "$cap" ]; then
+                args="$args --total-seconds $cap"   # argparse: the last one counts
             fi
             stamp "$name on cores 0-$((cores - 1)): a3c train $args"
             job "0-$((cores - 1))" "$name" "$args"

@@ -411,8 +411,9 @@ def test_device_runner_budget_runs_jobs_in_turn_within_the_budget(tmp_path):
     each on cores 0..CORES-1; a job asking for more --total-seconds than is
     left, or none, gets what is left (appended, argparse keeps the last), a
     shorter one keeps its own, with under MIN_JOB seconds left a job is
-    skipped and says so, and a malformed BUDGET is refused up front.  A
-    stand-in "python" records its arguments."""
+    skipped and says so, a resumed run's log is appended to and its
+    --total-seconds capped at its own time plus what is left, and a malformed
+    BUDGET is refused up front.  A stand-in "python" records its arguments."""
     import re
     import tarfile
 
@@ -432,6 +433,21 @@ def test_device_runner_budget_runs_jobs_in_turn_within_the_budget(tmp_path):
     assert r.stdout.index("a done") < r.stdout.index("b on cores 0-0")   # in turn, not at once
     with tarfile.open(out / "runs.tar.gz") as t:
         assert {"runs/a.log", "runs/b.log"} <= set(t.getnames())
+    # a resumed run: its log goes on, and its --total-seconds (the run's time
+    # in all) is capped at the 150.2 s it had plus what is left, not at what is left
+    (jd / "r").mkdir()
+    (jd / "r" / "summary.json").write_text('{\n "steps": 10,\n "seconds": 150.2,\n "status": "done"\n}\n')
+    (jd / "r.log").write_text("the first call's log\n")
+    (jd / "s.log").write_text("an old log\n")
+    jobs.write_text(f"r 1 --resume {jd}/r --total-seconds 900\ns 1 --seed 3 --total-seconds 5\n")
+    r = run(tmp_path / "out_r", env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    log = (jd / "r.log").read_text()
+    assert log.startswith("the first call's log\n"), log
+    m = re.search(rf"args -m a3c_core train --resume {jd}/r --total-seconds 900 --total-seconds (\d+) --quiet", log)
+    assert m and 240 <= int(m.group(1)) <= 250, log
+    assert "an old log" not in (jd / "s.log").read_text()    # not a resume: the log starts again
+    jobs.write_text("a 2 --seed 0 --total-seconds 600\nb 1 --seed 1 --total-seconds 5\nc 1 --seed 2\n")
     env.update(MIN_JOB="1000", JOB_DIR=str(tmp_path / "runs2"))
     r = run(tmp_path / "out2", env)
     assert r.returncode == 0 and "a skipped:" in r.stdout and "b skipped:" in r.stdout, r.stdout
