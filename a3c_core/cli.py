@@ -132,6 +132,10 @@ def _run_trainer(trainer, cfg, TrainingError):
     if trainer.plan.resolved.env_args.get("action_set") == "combos":
         line += (f"\nactions: {trainer.plan.n_actions} combinations of the scenario's buttons "
                  f"(--action-set buttons: one button per action)")
+    if trainer.plan.resolved.env_args.get("view") == "band":
+        shape = "x".join(map(str, trainer.pipeline_spec.get("out_shape", ())))
+        line += (f"\nview: the frame's middle 60 rows at its full width, resized to {shape} "
+                 f"(--view full: the whole frame)")
     health = trainer.plan.resolved.env_args.get("health_reward", 0.0)
     if health:
         line += (f"\nhealth reward: {health:g} x each step's HEALTH change is added to the learning "

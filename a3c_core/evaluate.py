@@ -37,10 +37,12 @@ def check_env_matches(policy, env, env_id):
 
 def trained_env_options(env_meta) -> dict:
     """The adapter options that rebuild a checkpoint's env as it trained: a
-    Doom checkpoint's action set, ``"buttons"`` for one saved before the
-    checkpoint recorded it (a scenario's default may be another set now)."""
+    Doom checkpoint's action set and view, ``"buttons"`` and ``"full"`` for
+    one saved before the checkpoint recorded them (a scenario's default may
+    be another now)."""
     if env_meta.get("kind") == "doom":
-        return {"action_set": env_meta.get("action_set", "buttons")}
+        return {"action_set": env_meta.get("action_set", "buttons"),
+                "view": env_meta.get("view", "full")}
     return {}
 
 

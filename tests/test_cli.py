@@ -444,10 +444,41 @@ def test_a_combos_run_evaluates_with_its_actions_and_resumes_only_with_them(tmp_
     assert ckpt.read_bytes() == before
 
 
+def test_a_band_view_run_says_so_evaluates_with_it_and_resumes_only_with_it(tmp_path):
+    """defend_the_line's default view is the horizon band: the run line says
+    so, the checkpoint records it (42x160 input, the crop), ``a3c eval``
+    rebuilds it, and a resume that asks for the full frame is an error
+    naming the flag that fits, with the checkpoint left as it was."""
+    pytest.importorskip("vizdoom")
+    from a3c_core.checkpoint import load_checkpoint
+
+    run = tmp_path / "run"
+    out = a3c("train", "--env", "doom:defend_the_line", "--workers", "1", "--total-steps", "300",
+              "--obs-norm-frames", "200", "--no-tensorboard", "--log-interval", "60",
+              "--run-dir", str(run), timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "view: the frame's middle 60 rows at its full width, resized to 42x160" in out.stdout
+    ckpt = run / "checkpoints" / "latest.npz"
+    saved = load_checkpoint(str(ckpt))
+    assert saved.env_spec["view"] == "band"
+    assert saved.preprocess_spec["crop"] == [30, 30, 0, 0]
+    assert saved.preprocess_spec["out_shape"] == [42, 160]
+    assert 'view = "band"' in (run / "config.toml").read_text()
+    before = ckpt.read_bytes()
+    out = a3c("eval", str(run), "--episodes", "1", timeout=300)
+    assert out.returncode == 0, out.stderr
+    out = a3c("train", "--resume", str(run), "--view", "full", "--total-steps", "600", timeout=300)
+    assert out.returncode == 2, out.stdout
+    assert "was trained with the band view, this env has the full one; resume with --view band" \
+        in out.stderr
+    assert ckpt.read_bytes() == before
+
+
 def test_a_doom_checkpoint_saved_before_action_sets_evaluates_with_its_buttons(tmp_path):
     """deadly_corridor's default is now combos; a checkpoint saved before the
-    env recorded its action set trained one button per action, and ``a3c
-    eval`` rebuilds that (7 actions), not the scenario's current default."""
+    env recorded its action set (and view) trained one button per action on
+    the whole frame, and ``a3c eval`` rebuilds that (7 actions), not the
+    scenario's current default."""
     pytest.importorskip("vizdoom")
     from a3c_core.checkpoint import load_checkpoint
     from a3c_core.evaluate import trained_env_options
@@ -458,11 +489,12 @@ def test_a_doom_checkpoint_saved_before_action_sets_evaluates_with_its_buttons(t
               "--run-dir", str(run), timeout=300)
     assert out.returncode == 0, out.stderr
     ckpt = load_checkpoint(str(run))
-    meta = dict(ckpt.meta, env={k: v for k, v in ckpt.meta["env"].items() if k != "action_set"})
+    meta = dict(ckpt.meta, env={k: v for k, v in ckpt.meta["env"].items()
+                                if k not in ("action_set", "view")})
     assert meta["env"]["kind"] == "doom" and len(meta["env"]["action_names"]) == 7
     old = tmp_path / "old.npz"
     save_checkpoint(str(old), ckpt.params, meta)
-    assert trained_env_options(meta["env"]) == {"action_set": "buttons"}
+    assert trained_env_options(meta["env"]) == {"action_set": "buttons", "view": "full"}
     assert trained_env_options({"id": "CartPole-v1", "kind": "gym"}) == {}
     out = a3c("eval", str(old), "--episodes", "1", timeout=300)
     assert out.returncode == 0, out.stderr

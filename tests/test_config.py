@@ -145,6 +145,21 @@ def test_action_set_is_doom_only_and_an_old_saved_run_keeps_its_buttons():
     assert Config(env="doom:basic").pinned(_r()).action_set == "buttons"
 
 
+def test_view_is_doom_only_band_on_defend_the_line_and_an_old_saved_run_keeps_the_full_frame():
+    assert _r().env_args["view"] == "full"
+    # defend_the_line's default: the horizon band; a flag still wins
+    assert _r(env="doom:defend_the_line").env_args["view"] == "band"
+    assert _r(env="doom:defend_the_line", view="full").env_args["view"] == "full"
+    assert _r(env="doom:basic", view="band").env_args["view"] == "band"
+    with pytest.raises(ConfigError, match="'view'.*doom envs only"):
+        _r("vector", env="CartPole-v1", view="band")
+    # a run saved before the switch trained on the whole frame
+    old = Config.from_dict({"env": "doom:defend_the_line"}, saved_run=True)
+    assert old.view == "full" and resolve(old.validate()).env_args["view"] == "full"
+    assert Config.from_dict({"env": "CartPole-v1"}, saved_run=True).view is None
+    assert Config(env="doom:defend_the_line").pinned(_r(env="doom:defend_the_line")).view == "band"
+
+
 def test_net_kwargs_honour_or_reject_spec_fields():
     assert Config(hidden="32,16").net_kwargs("mlp-lstm") == {"hidden": (32, 16)}
     assert Config(lstm_size=128).net_kwargs("doom-lstm") == {"lstm_size": 128}
@@ -202,6 +217,7 @@ def test_net_kwargs_honour_or_reject_spec_fields():
         ("ammo_reward", -0.5),
         ("ammo_reward", float("inf")),
         ("action_set", "all"),
+        ("view", "wide"),
     ],
 )
 def test_bad_values_name_the_field(field, value):

@@ -377,6 +377,40 @@ def test_doom_combos_replay_the_single_buttons_exactly_and_name_their_set():
         make_env("doom:basic", action_set="all")
 
 
+def test_doom_band_view_feeds_the_horizon_rows_at_full_width():
+    """view="band": the same screen, preprocessed from its rows 30-89 at all
+    160 columns to 42x160 (the numpy area resize of that crop), where "full"
+    resizes the whole frame to 84x84; the spec records the view and
+    make_env rebuilds it from there."""
+    from a3c_core.core.ref import ref_preprocess
+    from a3c_core.obs import ObsPipeline
+
+    with make_env("doom:defend_the_line", seed=1, view="band") as band, \
+            make_env("doom:defend_the_line", seed=1) as full:
+        assert full.view == "full" and full.preprocess_spec["out_shape"] == [84, 84]
+        assert full.preprocess_spec["crop"] is None
+        assert band.preprocess_spec["out_shape"] == [42, 160]
+        assert band.preprocess_spec["crop"] == [30, 30, 0, 0]
+        frame = band.reset()
+        np.testing.assert_array_equal(frame, full.reset())    # the screen is the same
+        pipe = ObsPipeline(band.preprocess_spec, band.obs_shape)
+        assert pipe.net_obs_shape == (1, 42, 160)
+        x = pipe(frame)
+        np.testing.assert_allclose(x.reshape(42, 160), ref_preprocess(frame, (42, 160), (30, 30, 0, 0)),
+                                   atol=2e-6)
+        # the rows cut off do not reach the input
+        other = frame.copy()
+        other[:30] = 255 - other[:30]
+        other[90:] = 0
+        np.testing.assert_array_equal(pipe(other), x)
+        spec = band.spec()
+    assert spec["view"] == "band"
+    with make_env(spec["id"], view=spec["view"], env_process=True) as again:
+        assert again.preprocess_spec == spec["preprocess"]
+    with pytest.raises(ValueError, match="view must be one of full, band"):
+        make_env("doom:basic", view="wide")
+
+
 def test_action_out_of_range(basic):
     basic.reset()
     with pytest.raises(ValueError, match="range\\(3\\)"):

@@ -446,7 +446,7 @@ def _child_serve(sock, env):
         "frame_skip", "preprocess_spec", "render")}
     attrs["obs_dtype"] = np.dtype(attrs["obs_dtype"])
     for k in ("seed", "cfg_path", "noop_max", "terminal_on_life_loss",
-              "repeat_action_probability", "game", "action_set"):
+              "repeat_action_probability", "game", "action_set", "view"):
         if hasattr(env, k):
             attrs[k] = getattr(env, k)
     hello = pickle.dumps({"attrs": attrs, "spec": env.spec(), "type": type(env).__name__})

@@ -18,7 +18,7 @@ from typing import Optional
 
 from a3c_core.core.optim import OPTIMIZERS
 from a3c_core.envs import unknown_id_error
-from a3c_core.envs.doom import ACTION_SETS
+from a3c_core.envs.doom import ACTION_SETS, VIEWS
 from a3c_core.envs.families import EnvFamily, UnknownEnvId, family_of
 from a3c_core.specs import SPECS, spec_options
 
@@ -100,7 +100,7 @@ _RANGES = {
 }
 
 #: the Doom adapter's options (fields other families reject)
-DOOM_ONLY = ("health_reward", "ammo_reward", "action_set")
+DOOM_ONLY = ("health_reward", "ammo_reward", "action_set", "view")
 
 #: the exploration bonuses ``exploration`` names (a3c_core.nn.rnd: rnd)
 EXPLORATIONS = ("none", "rnd")
@@ -151,13 +151,14 @@ class Config:
     reward_window: int = _f(100, "episodes in the short moving average of raw rewards; the long one spans 10x as many")
     seed: int = _f(0, "random seed: worker i's env and sampling are seeded from (seed, i, resume count)")
     frame_skip: Optional[int] = _f(None, "frames per action, 1-64 (default: the family's; 4 for doom and Atari, 1 otherwise)")
-    frame_size: Optional[int] = _f(None, "resize image observations to frame_size x frame_size (default: the env's; 84 for doom, 42 for Atari and doom:my_way_home)")
+    frame_size: Optional[int] = _f(None, "resize image observations to frame_size x frame_size (default: the env's; 84 for doom, 42x160 with --view band, 42 for Atari and doom:my_way_home)")
     noop_max: int = _f(30, "Atari: up to this many no-op actions at the start of an episode (0 = off)")
     terminal_on_life_loss: bool = _f(False, "Atari: a lost life ends the episode for learning (scores still count whole games)")
     repeat_action_probability: Optional[float] = _f(None, "Atari: sticky-action probability (default: the id's, 0.25 for -v5, 0 for NoFrameskip-v4)")
     health_reward: Optional[float] = _f(None, "Doom: add this x the step's change in the player's HEALTH to the learning reward (logged scores stay the scenario's own); default: the scenario's, 1 for health_gathering and health_gathering_supreme, else 0 = off")
     ammo_reward: Optional[float] = _f(None, "Doom: add this x the step's change in the selected weapon's ammo to the learning reward, so a shot costs at once (logged scores stay the scenario's own); default: the scenario's, 0.5 for defend_the_center, else 0 = off")
     action_set: Optional[str] = _f(None, "Doom: buttons (one action per button of the scenario's cfg, one pressed at a time: the scenario as shipped) or combos (one action per combination of a turn, a move, a strafe and each other button); default: the scenario's, combos on doom:deadly_corridor, else buttons")
+    view: Optional[str] = _f(None, "Doom: full (the whole frame, resized to 84x84) or band (the frame's middle 60 rows, where the horizon is, at its full width: 42x160); default: the scenario's, band on doom:defend_the_line, else full")
     env_process: Optional[bool] = _f(None, "run each env in a child process (default: the family's; on for Atari, whose step holds the GIL)")
     run_dir: str = _f("", "run directory (default runs/<env>[-<spec>]-s<seed>-<YYYYmmdd-HHMMSS>)")
     checkpoint_interval: float = _f(60.0, "seconds between 'latest' checkpoints (0 = only at the end)")
@@ -263,6 +264,8 @@ class Config:
             bad("exploration_scale", "must be > 0")
         if self.action_set is not None and self.action_set not in ACTION_SETS:
             bad("action_set", f"choose one of {', '.join(ACTION_SETS)}")
+        if self.view is not None and self.view not in VIEWS:
+            bad("view", f"choose one of {', '.join(VIEWS)}")
         return self
 
     def pinned(self, r: "Resolved") -> "Config":
@@ -315,6 +318,8 @@ class Config:
                 d["self_imitation"] = False
             if "action_set" not in d and str(d.get("env", "doom:basic")).startswith("doom:"):
                 d["action_set"] = "buttons"     # saved before the switch: one button per action
+            if "view" not in d and str(d.get("env", "doom:basic")).startswith("doom:"):
+                d["view"] = "full"              # saved before the switch: the whole frame
         kwargs = {}
         for key, v in d.items():
             if key in REMOVED_FIELDS:
