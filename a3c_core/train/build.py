@@ -157,12 +157,11 @@ def plan_run(cfg: Config, env, ckpt=None) -> RunPlan:
             f"{', ...' if len(ckpt.env_spec['action_names']) > 6 else ''}), this env has "
             f"{env.n_actions} ({', '.join(map(str, env.action_names[:6]))}"
             f"{', ...' if env.n_actions > 6 else ''}); " + _actions_hint(ckpt, env))
-    view = getattr(env, "view", None)
-    if ckpt is not None and view is not None and ckpt.env_spec.get("view", "full") != view:
-        raise CheckpointError(
-            f"checkpoint {ckpt.path} was trained with the {ckpt.env_spec.get('view', 'full')} "
-            f"view, this env has the {view} one; resume with --view "
-            f"{ckpt.env_spec.get('view', 'full')}")
+    view = getattr(env, "view", None)           # a Doom env's; older checkpoints: the full frame
+    trained_view = ckpt.env_spec.get("view", "full") if ckpt is not None else view
+    if view is not None and trained_view != view:
+        raise CheckpointError(f"checkpoint {ckpt.path} was trained with the {trained_view} view, "
+                              f"this env has the {view} one; resume with --view {trained_view}")
     r = resolve(cfg, env.obs_kind)
     notes = []
     if ckpt is not None:
