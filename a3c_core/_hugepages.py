@@ -10,7 +10,7 @@ transparent huge pages are ``always`` or ``madvise``.  numpy already
 madvises its own large allocations, but only the 2 MiB-aligned part of one
 can get a huge page: about one page in a 4.8 MB array.  The learner loop of
 doom-lstm ran ~5 % faster per agent step with its five 1.2M-element
-buffers placed this way (bench/RESULTS.md, 2026-11-26).
+buffers placed this way (docs/results.md, 2026-11-26).
 
 Buffers under :data:`MIN_BYTES`, other platforms, a failed ``madvise``
 (e.g. THP ``never``) and ``A3C_HUGEPAGES=0`` all give plain ``np.zeros``:

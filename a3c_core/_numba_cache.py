@@ -35,8 +35,10 @@ read-only cache of a3c_core's modules (``NUMBA_CACHE_DIR`` or the install
 cache, which ``a3c compile`` filled at image build time) and only read it: a
 signature missing from it is compiled in memory and not saved (one warning
 names ``a3c compile``). With no usable directory at all, kernels compile in
-memory (same warning) rather than failing at import. Other packages' kernels
-are untouched.
+memory (same warning) rather than failing at import. A cache write the file
+system refuses (a full disk, a file-size limit) is one warning too: the
+kernel compiled is used, only its cache entry is missing. Other packages'
+kernels are untouched.
 """
 from __future__ import annotations
 
@@ -264,8 +266,21 @@ def _register():
                     f"NUMBA_CACHE_DIR to a writable directory",
                     RuntimeWarning, stacklevel=2)
             return None
-        return save(self, sig, data)
+        try:
+            return save(self, sig, data)
+        except OSError as e:
+            # a full disk or a file-size limit: the kernel is compiled and in use,
+            # only its cache entry is missing (numba writes a temporary file and
+            # renames it, so the cache is left as it was)
+            if not full:
+                full.append(True)
+                warnings.warn(
+                    f"a3c_core: compiled {self._py_func.__module__}.{self._py_func.__qualname__} "
+                    f"but could not cache it in {self._cache_path}: [Errno {e.errno}] {e.strerror}; "
+                    f"the next process compiles it again", RuntimeWarning, stacklevel=2)
+            return None
 
+    full = []
     caching.Cache._load_overload = _load_overload
     caching.Cache._save_overload = _save_overload
 

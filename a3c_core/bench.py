@@ -26,14 +26,13 @@ dwarf the timer) and reports the median, min and max.  Rows:
   ``learner us/agent step (torch)``: the same rollout done PyTorch-A3C style
   (T ``inference_mode`` steps, forward+backward recompute, ``clip_grad_norm_``,
   ``torch.optim.Adam`` on a shared model, copy back), one thread each.
-* ``learner + RND bonus us/agent step`` (:func:`bench_exploration`) and
-  ``learner + self-imitation us/agent step`` (:func:`bench_self_imitation`):
-  the plain update (``rollout_grad`` + clipped apply) with the RND bonus's
-  work, or with a real worker's self-imitation replays (a row replayed per
-  row played, every replay updating), alternated with the plain update in
-  one run; the note gives the ratio (doom-lstm only).
+* ``learner + self-imitation us/agent step`` (:func:`bench_self_imitation`):
+  the plain update (``rollout_grad`` + clipped apply) with a real worker's
+  self-imitation replays (a row replayed per row played, every replay
+  updating), alternated with the plain update in one run; the note gives
+  the ratio (doom-lstm only).
 * ``memory bandwidth``: every core copies its own 64 MB array at once, GB/s
-  (read + written bytes); the input of ``bench/scaling_model.py``.
+  (read + written bytes).
 * ``step kernel, unpacked/packed args``: the fused step called with its
   static arrays one by one against the packed form the network uses (the
   difference is Numba's per-argument dispatch, paid with the GIL held), us.
@@ -66,9 +65,9 @@ dwarf the timer) and reports the median, min and max.  Rows:
   was unavailable (:func:`gil_held_share`), whatever the length of the holds
   and whatever the wake-up costs.  A short nogil call inside a hold (shorter
   than a wake-up) counts as held: a waiting thread cannot use it either.
-  ``bench/gil_calibrate.py`` checks it against synthetic workers of known
-  GIL time (bench/RESULTS.md, sixth session of 2026-11-26: holds of 10-50 us
-  read within ~15 %, holds of 0.3-5 us read 0.3-3 us high).  Where the
+  Checked against synthetic workers of known GIL time (2-core VM,
+  2026-11-26): holds of 10-50 us read within ~15 %, holds of 0.3-5 us read
+  0.3-3 us high (docs/results.md).  Where the
   counter cannot be used (not x86-64, or no ``constant_tsc``) the previous
   probe runs instead (:func:`gil_probe`: the summed excess of fixed-length
   cycles, which counts its own jitter and the wake-ups as blocked time and
@@ -116,7 +115,6 @@ from a3c_core.envs.doom import DoomEnv
 from a3c_core.export import export_onnx, onnx_session
 from a3c_core.nn import batch as batch_mod
 from a3c_core.nn import kernels as K
-from a3c_core.nn import rnd
 from a3c_core.nn import torch_twin
 from a3c_core.nn.blas import gemm_handle
 from a3c_core.nn.gradcheck import DEFAULT_OBS
@@ -324,7 +322,6 @@ def bench_network(net, T, repeat, min_time, peak, fl) -> list[Row]:
 
     rows.extend(bench_learner(net, T, repeat, min_time))
     if len(net.obs_shape) == 3 and net.spec["name"] == "doom-lstm":
-        rows.append(bench_exploration(net, T, repeat))
         rows.append(bench_self_imitation(net, T, repeat))
 
     grads = (rng.standard_normal(net.n_params) * 1e-3).astype(net.params.dtype)
@@ -507,19 +504,6 @@ def bench_learner(net, T, repeat, min_time) -> list[Row]:
     return rows
 
 
-def bench_exploration(net, T, repeat) -> Row:
-    """The RND exploration bonus's cost (``--exploration rnd``): learner µs
-    per agent step with the bonus against the plain update, alternated in
-    one run (:func:`a3c_core.nn.rnd.measure_cost`; target <= 1.3x)."""
-    r = rnd.measure_cost(t_max=T, repeat=max(4 * repeat + 1, 11), warmup=3,
-                         obs_shape=tuple(net.obs_shape), n_actions=net.n_actions)
-    return Row("learner + RND bonus us/agent step", [r["bonus_us_per_step"]], "us",
-               f"{r['ratio']:.2f}x of the plain update's {r['plain_us_per_step']:.0f} us "
-               f"(T={T}, medians of {r['repeat']} alternating rounds; "
-               f"{r['rnd_params']:,} predictor params)",
-               {"ratio": r["ratio"], "plain_us_per_step": r["plain_us_per_step"]})
-
-
 #: rows of each episode ``bench_self_imitation`` keeps: deadly_corridor's episodes (the
 #: scenario it is on by default) run 32-41 steps once past the trap (docs/scenarios.md)
 SIL_EPISODE_ROWS = 40
@@ -533,14 +517,14 @@ def measure_sil_cost(*, t_max=20, episode_rows=SIL_EPISODE_ROWS, repeat=31, warm
     alternating the two; medians.
 
     plain: ``rollout_grad`` over one ``t_max``-row recorded rollout + the
-    shared optimizer's clip and apply (with the local refresh), as
-    :func:`a3c_core.nn.rnd.measure_cost` times it.  With self-imitation: the
+    shared optimizer's clip and apply (with the local refresh), as a worker
+    runs them.  With self-imitation: the
     same plus a real :class:`~a3c_core.train.worker.Worker`'s
     ``sil_replay`` for the rows played: it replays whole kept episodes (a
     row replayed per row played), each a batched forward over the episode,
     its backward and one more clipped Hogwild apply, with subnormal floats
     flushed to zero as in a worker thread.  The worker keeps
-    ``Worker.SIL_EPISODES`` episodes of ``episode_rows`` rows that each pay
+    ``SelfImitation.EPISODES`` episodes of ``episode_rows`` rows that each pay
     +1 per step, so every replay's return beats the value and every replay
     updates: the most a replay costs (one whose return beats no value skips
     the backward and the apply; a run logs the share that updated as
@@ -551,6 +535,7 @@ def measure_sil_cost(*, t_max=20, episode_rows=SIL_EPISODE_ROWS, repeat=31, warm
     "updates", "rows_played", "rows_replayed", "rounds_per_sample", "t_max",
     "episode_rows", "repeat"}``; the counts are over the timed rounds."""
     from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer
+    from a3c_core.train.sil import SelfImitation
     from a3c_core.train.worker import RolloutSettings, ThreadStore, Worker
 
     # as in a worker: one BLAS thread, subnormal floats flushed (Worker.run)
@@ -563,7 +548,7 @@ def measure_sil_cost(*, t_max=20, episode_rows=SIL_EPISODE_ROWS, repeat=31, warm
         w = Worker(0, _NoEnv(), net, _FramePipe(obs_shape), store, settings,
                    np.random.default_rng(seed), fused_act=False)
         rng = np.random.default_rng(seed)
-        for _ in range(Worker.SIL_EPISODES):
+        for _ in range(SelfImitation.EPISODES):
             w.sil_keep(rng.random((episode_rows,) + tuple(obs_shape)).astype(net.dtype),
                        rng.integers(0, n_actions, episode_rows), np.ones(episode_rows))
         obs = rng.random((t_max,) + tuple(obs_shape)).astype(net.dtype)

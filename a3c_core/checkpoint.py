@@ -12,6 +12,10 @@ A checkpoint holds
 Writes go to a temporary file in the destination directory, are flushed and
 fsync'ed, then renamed over the target (``os.replace`` is atomic on POSIX and
 Windows), so a crash or Ctrl-C mid-write leaves the previous checkpoint intact.
+A write the file system refuses (a full disk, a file-size limit, an I/O error,
+a read-only file system) raises :class:`CheckpointWriteError` naming the file
+and the error; the temporary file is removed and the previous checkpoint is
+left as it was.
 The file gets the mode the user's umask gives any new file (not the 0600 of
 the temporary file). Parameters must be finite: :func:`save_checkpoint`
 refuses NaN/inf parameters and :func:`load_checkpoint` refuses files holding
@@ -36,6 +40,19 @@ FORMAT_VERSION = 1
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, truncated, corrupt or does not match."""
+
+
+class CheckpointWriteError(CheckpointError):
+    """A checkpoint could not be written: the file system refused (ENOSPC, EFBIG,
+    EIO, EROFS, ...).  Nothing was replaced: the previous file at ``path`` is
+    intact and no temporary file is left.  ``errno`` is the OSError's."""
+
+    def __init__(self, path, error: OSError):
+        self.path = path
+        self.errno = error.errno
+        #: ``[Errno 28] No space left on device``
+        self.why = f"[Errno {error.errno}] {error.strerror}" if error.errno else str(error)
+        super().__init__(f"cannot write checkpoint {path}: {self.why}")
 
 
 def versions() -> dict:
@@ -78,11 +95,21 @@ def save_checkpoint(path, params, meta, opt_arrays=None):
     """Atomically write ``params`` (+ optimizer arrays) and ``meta`` to ``path``.
 
     ``params``: flat float32 ``(P,)``; raises :class:`CheckpointError` (and
-    writes nothing) if any parameter is NaN or inf.
+    writes nothing) if any parameter is NaN or inf, and
+    :class:`CheckpointWriteError` if the file system refuses the write (a
+    full disk, a file-size limit, an I/O error, a read-only file system):
+    the file at ``path`` is then left as it was.
     """
     path = os.fspath(path)
     params = np.ascontiguousarray(params, dtype=np.float32)
     _check_finite(params, f"refusing to write checkpoint {path}")
+    try:
+        return _write(path, params, meta, opt_arrays)
+    except OSError as e:
+        raise CheckpointWriteError(path, e) from None
+
+
+def _write(path, params, meta, opt_arrays):
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     meta = dict(meta)
@@ -210,7 +237,10 @@ def load_checkpoint(path, which="latest") -> Checkpoint:
                 )
             meta = json.loads(bytes(z["meta"]).decode())
             params = np.ascontiguousarray(z["params"], dtype=np.float32)
-            opt = {k[4:]: np.array(z[k]) for k in names if k.startswith("opt/")}
+            # (``opt/rnd/*``: the RND exploration bonus's state, which runs saved
+            # before the bonus was removed hold; not read)
+            opt = {k[4:]: np.array(z[k]) for k in names
+                   if k.startswith("opt/") and not k.startswith("opt/rnd/")}
     except CheckpointError:
         raise
     except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, json.JSONDecodeError) as e:

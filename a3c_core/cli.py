@@ -27,11 +27,12 @@ def _field_help(f, default) -> str:
     """A config field's ``--help`` text: its documentation plus its default, said once.
 
     A help text that states its own default in parentheses, ``(default ...``
-    (env-dependent ones do), gets no second one; ``%`` is escaped because
-    argparse formats help with ``%``.
+    (env-dependent ones do), gets no second one, and neither does a field
+    whose default is None (unset: its help says in words what that means);
+    ``%`` is escaped because argparse formats help with ``%``.
     """
     text = f.metadata.get("help", "")
-    if "(default" not in text.lower():
+    if default is not None and "(default" not in text.lower():
         text = f"{text} (default: {default!r})" if text else f"default: {default!r}"
     return text.replace("%", "%%")
 
@@ -154,7 +155,8 @@ def _run_trainer(trainer, cfg, TrainingError):
     if note:
         line += f"\nnote: {note}"
     try:
-        res = trainer.run(announce=lambda: print(line, flush=True))
+        # exiting: a second Ctrl-C while the process shuts down cannot end it by the signal
+        res = trainer.run(announce=lambda: print(line, flush=True), exiting=True)
     except TrainingError as e:
         print(f"a3c train: error: {e}", file=sys.stderr)
         return 1

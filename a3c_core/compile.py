@@ -16,9 +16,9 @@ their home directory, so image builds should run
 If the prefix is not writable it fills the per-user cache instead (and says so).
 
 :func:`warm_up` runs every network spec's step, batched inference
-(``Policy.act_batch``) and rollout kernels, the samplers, the exploration
-bonus's kernels and the gradient clip at the run-time dtypes, which compiles (or
-loads) every signature a policy or a trainer uses. With 2+ usable CPUs a helper
+(``Policy.act_batch``) and rollout kernels, the samplers and the gradient
+clip at the run-time dtypes, which compiles (or loads) every signature a
+policy or a trainer uses. With 2+ usable CPUs a helper
 process compiles the update kernels meanwhile (not with ``--check``, which
 must see the cache as it is).  ``a3c compile --check``
 fails if anything still had to be compiled (the cache is incomplete or was
@@ -80,7 +80,6 @@ def warm_up(specs=None, dtypes=(np.float32,), parallel=False):
     on-disk cache while this process compiles the steps, which it runs first;
     what the helper compiled then loads here.
     """
-    from a3c_core.nn import rnd
     from a3c_core.nn.batch import BATCH_MIN_ROWS
     from a3c_core.nn.network import SPECS, build_network
     from a3c_core.sampling import sample_categorical, sample_rows
@@ -120,7 +119,7 @@ def warm_up(specs=None, dtypes=(np.float32,), parallel=False):
             net.begin_rollout(T)
             s = net.initial_state()
             for t in range(T):
-                if t == 2:          # an episode boundary inside the rollout (--cross-episode)
+                if t == 2:          # an episode boundary inside the rollout (merge_below)
                     s = net.initial_state()
                 _, _, s = net.step(obs[t], s, record=True)
             net.rollout_grad(actions, returns, adv)
@@ -130,8 +129,6 @@ def warm_up(specs=None, dtypes=(np.float32,), parallel=False):
                 for t in range(T):
                     _, _, s = net.step(obs[t], s, record=True)
                 net.rollout_grad(actions, returns, adv)
-        if any(len(shape) == 3 for _, _, shape in nets):
-            rnd.warm_up((1, 84, 84))        # the exploration bonus (--exploration rnd)
     finally:
         if helper is not None:
             helper.stop()

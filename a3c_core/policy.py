@@ -195,7 +195,8 @@ class Policy:
 
         ``obs``: N raw observations (an ``(N, *raw_shape)`` array or a list);
         ``states``: ``(h, c)`` of ``(N, H)`` rows (:meth:`initial_state` with
-        ``n``), None for zeros; ``done``: optional bool ``(N,)``, rows that
+        ``n``), None for zeros; ``done``: optional bool ``(N,)`` (0/1
+        integers are taken too; floats are a ValueError), rows that
         start a new episode (their state is reset first).  The states passed
         in are never modified.  A bad row (wrong shape or dtype, NaN/inf) is
         an :class:`ObservationError` naming it, raised before any row is

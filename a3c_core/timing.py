@@ -97,8 +97,8 @@ AVX512_BLAS_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
 def blas_note(info) -> str | None:
     """A warning when OpenBLAS runs AVX2 kernels on a CPU with AVX-512 (its
     GEMMs, the backward's, may then run at half the speed they could: sgemm
-    121 against 216-233 GFLOP/s on the Zen 5 VM of bench/RESULTS.md, sixth
-    session of 2026-11-26), else None.  ``info``: a dict with ``cpu_isa``
+    121 against 216-233 GFLOP/s on the 2-core VM (Zen 5) of docs/results.md,
+    2026-11-26), else None.  ``info``: a dict with ``cpu_isa``
     (flags), ``blas`` (``threadpoolctl`` rows) and ``openblas_coretype``, as
     :func:`a3c_core.bench.machine_info` returns."""
     if "avx512f" not in info.get("cpu_isa", ()):

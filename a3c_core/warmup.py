@@ -21,7 +21,7 @@ import numpy as np
 from a3c_core._safepoint import safe_point
 from a3c_core.core.targets import warm_up as warm_up_targets
 from a3c_core.nn.network import network_from_spec
-from a3c_core.sampling import sample_categorical
+from a3c_core.sampling import sample_categorical, sample_rows
 
 #: seconds the step's warm-up may take before warm_up_network starts its
 #: helper process (a cache load takes well under this; a compile far more)
@@ -46,7 +46,7 @@ def helper_allowed() -> bool:
     return _usable_cpus() >= 2
 
 
-def warm_up_network(net, cross_episode=False, parallel=None):
+def warm_up_network(net, cross_episode=False, parallel=None, n_envs=1):
     """Run a worker's kernels once on ``net`` (compiling or loading them):
     steps recorded and not (the bootstrap), the sampler, the update's
     targets and the backward-only update; never ``loss_and_grad``'s batched forward, which a
@@ -95,6 +95,19 @@ def warm_up_network(net, cross_episode=False, parallel=None):
                 else:
                     _, _, s = net.step(obs[t], s, record=True)
             net.rollout_grad(acts, zeros, zeros)
+            safe_point()
+        if n_envs > 1:
+            # the batched worker (K envs in lockstep): its ticks, sampler and
+            # the backward over K sequences, with a per-row reset
+            k = 2
+            net.begin_batch_rollout(2, k)
+            for t in range(2):
+                net.tick_inputs(t)[...] = 0
+                probs, _ = net.record_tick(t, None, np.array([True, False]) if t else None)
+                sample_rows(probs, np.full(k, 0.5), np.zeros(k, np.int64))
+            net.rollout_grad(np.zeros(2 * k, np.int64), np.zeros(2 * k, net.dtype),
+                             np.zeros(2 * k, net.dtype))
+            net.step_batch(np.zeros((k,) + tuple(net.obs_shape), net.dtype))
             safe_point()
     finally:
         if helper is not None:

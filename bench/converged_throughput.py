@@ -1,33 +1,27 @@
 """Training throughput once the agent is good (short episodes), per rollout mode.
 
     python bench/converged_throughput.py RUN_DIR [--workers 2] [--seconds 10] [--repeats 3]
-        [--modes paper,cross,min:10,auto]
+        [--modes paper,auto]
 
 RUN_DIR is a trained run (e.g. ``a3c train --target-reward 75 --run-dir runs/basic``):
 each measurement copies it to a temporary directory and resumes from its
 latest checkpoint (the run itself is not changed), so the workers play the
 trained policy and its short episodes.  Modes, measured in turn (``paper``,
-``cross``, ``paper``, ``cross``, ... so that machine load hits them alike):
+``auto``, ``paper``, ``auto``, ... so that machine load hits them alike):
 
-* ``paper`` (older name: ``default``): ``--min-rollout 0``, a rollout ends
-  with its episode (the A3C paper's worker, and the trainer's default);
-* ``cross``: ``--min-rollout t_max``: every rollout has ``t_max`` steps and runs
-  on into the next episode, so an update's fixed costs are paid once per
-  ``t_max`` steps;
-* ``min:K``: ``--min-rollout K``: a rollout runs on into the next episode
-  until it holds K steps, then ends at the next episode end (or ``t_max``);
-* ``auto``: the trainer's default, ``--min-rollout 0`` with ``--merge-below``
-  at its default: the paper's rollouts until a worker's last 1,000 episodes
-  average under ``merge_below`` steps, then ``t_max // 2`` across episodes.
-  The measurement starts once every worker has switched (the window has to
+* ``paper`` (older name: ``default``): ``--merge-below 0``, a rollout ends
+  with its episode (the A3C paper's worker);
+* ``auto``: the trainer's default, ``--merge-below`` at its default: the
+  paper's rollouts until a worker's last 1,000 episodes average under
+  ``merge_below`` steps, then ``t_max // 2`` across episodes.  The
+  measurement starts once every worker has switched (the window has to
   fill first: ~10 s on a trained doom:basic agent).
 
 A mode may end in ``@K``: the same with ``--envs-per-worker K`` (e.g.
 ``paper@4``; without it, 1); and in ``+p``: the same with worker processes
 (``--worker-processes``, e.g. ``auto+p``, ``auto@4+p``).
 
-Every mode sets both options (``paper`` is ``--min-rollout 0`` without
-``--merge-below``), whatever the run was trained with.
+Every mode sets ``merge_below``, whatever the run was trained with.
 
 Each measurement: start, wait ``--warmup`` s, then count agent steps and
 episodes over ``--seconds``.  Prints one line per measurement and a table of
@@ -74,8 +68,6 @@ def measure(run_dir, mode, workers, seconds, warmup):
         fields.update(workers=workers, envs_per_worker=n_envs, total_steps=0, total_seconds=0.0,
                       run_dir=dst, quiet=True, tensorboard=False, checkpoint_interval=0.0,
                       target_reward=None,
-                      min_rollout=(int(mode[4:]) if mode.startswith("min:")
-                                   else int(saved.get("t_max", 20)) if mode == "cross" else 0),
                       merge_below=Config().merge_below if mode == "auto" else 0.0,
                       worker_processes=procs)
         cfg = Config(**fields)
@@ -103,11 +95,11 @@ def measure(run_dir, mode, workers, seconds, warmup):
         if mode == "auto":      # until every worker's window is full and has switched
             t_sw = time.perf_counter()
             while time.perf_counter() - t_sw < 120 and not err:
-                if tr._merging_workers() == workers:
+                if tr.backend.merging_workers() == workers:
                     break
                 time.sleep(0.1)
             switched = time.perf_counter() - t_sw
-            if tr._merging_workers() != workers:
+            if tr.backend.merging_workers() != workers:
                 raise RuntimeError("auto: the workers had not switched after 120 s; is the "
                                    "run's agent trained (short episodes)?")
         s0, e0, t0 = tr.live_steps(), tr.shared.episodes, time.perf_counter()
@@ -130,7 +122,7 @@ def main(argv=None):
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--warmup", type=float, default=3.0)
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--modes", default="paper,cross")
+    p.add_argument("--modes", default="paper,auto")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     if not os.path.isdir(a.run_dir):
@@ -139,14 +131,12 @@ def main(argv=None):
     modes = ["paper" if m == "default" else m for m in modes]    # the older name
     def known(m):
         base, _, k = m[:-2 if m.endswith("+p") else None].partition("@")
-        return ((base in ("paper", "cross", "auto") or (base.startswith("min:")
-                                                        and base[4:].isdigit()))
-                and (not _ or (k.isdigit() and 1 <= int(k) <= 64)))
+        return base in ("paper", "auto") and (not _ or (k.isdigit() and 1 <= int(k) <= 64))
 
     bad = [m for m in modes if not known(m)]
     if bad:
-        p.error(f"unknown mode(s) {bad}; choose from paper, cross, auto, min:K (K an integer), "
-                f"each optionally @E (E envs per worker, 1-64)")
+        p.error(f"unknown mode(s) {bad}; choose from paper and auto, each optionally "
+                f"@E (E envs per worker, 1-64) and +p (worker processes)")
     rows = []
     for rep in range(a.repeats):
         for m in modes:

@@ -11,7 +11,7 @@ it once: racing writers (Hogwild) can lose or interleave whole-element
 updates, never tear a 4-byte aligned float32 (see ``a3c_core.core.optim``).
 
 Public (used by ``a3c_core.core``): ``copy_f32``, ``sumsq_f32``,
-``scale_f32``, ``rmsprop_apply``, ``adam_apply``, ``sgd_apply``.
+``scale_f32``, ``rmsprop_apply``, ``adam_apply``.
 """
 cimport numpy as cnp
 from _arrays cimport _check_f32, _fptr
@@ -155,19 +155,6 @@ cdef extern from *:
             p[i] = p[i] - (lr * (mi * bc1)) / (sqrtf(wi * bc2) + eps);
         }
     }
-
-    A3C_CLONES static void a3c_sgd(float *A3C_RESTRICT p, const float *A3C_RESTRICT g,
-                                  Py_ssize_t n, float lr, float gs, float *A3C_RESTRICT out) {
-        if (out) {
-            for (Py_ssize_t i = 0; i < n; i++) {
-                float pi = p[i] - lr * (g[i] * gs);
-                p[i] = pi;
-                out[i] = pi;
-            }
-            return;
-        }
-        for (Py_ssize_t i = 0; i < n; i++) p[i] = p[i] - lr * (g[i] * gs);
-    }
     """
     double a3c_sumsq(const float *g, Py_ssize_t n) noexcept nogil
     void a3c_scale(float *g, Py_ssize_t n, float s) noexcept nogil
@@ -181,8 +168,6 @@ cdef extern from *:
                       Py_ssize_t n, float lr, float b1, float one_m_b1, float b2,
                       float one_m_b2, float bc1, float bc2, float eps, float gs,
                       float *out) noexcept nogil
-    void a3c_sgd(float *p, const float *g, Py_ssize_t n, float lr, float gs,
-                 float *out) noexcept nogil
 
 
 # ---------------------------------------------------------------- validation
@@ -332,17 +317,3 @@ def adam_apply(params, grads, exp_avg, exp_avg_sq, double lr, double beta1,
                 a3c_adam_ams(pp + lo, pg + lo, pm + lo, pv + lo, pw + lo, hi - lo, flr, fb1,
                              f1b1, fb2, f1b2, bc1, bc2, feps, fgs,
                              NULL if po == NULL else po + lo)
-
-
-def sgd_apply(params, grads, double lr, double grad_scale=1.0, out=None):
-    """params <- params - lr*(grad_scale*grads) in place (float32); ``out``
-    (optional) also receives the new params in the same sweep."""
-    cdef Py_ssize_t n = _check_f32(params, "params", True)
-    _check_f32(grads, "grads", False, n)
-    _check_disjoint(params, "params", grads, "grads")
-    cdef float* pp = _fptr(params)
-    cdef const float* pg = _fptr(grads)
-    cdef float flr = <float>lr, fgs = <float>grad_scale
-    cdef float* po = _out_ptr(out, n, [params, grads], ["params", "grads"])
-    with nogil:
-        a3c_sgd(pp, pg, n, flr, fgs, po)

@@ -42,14 +42,30 @@ Independently of the outcome, every case counts
 
 A case passes when its outcome is the expected one and it has no orphan, no
 lost data and no failed check.
+
+Faults (group ``fault``: a full disk, a second Ctrl-C while stopping, a bad
+``done`` mask) also get a *fault outcome*, the case's ``fault`` naming the
+one it must have:
+
+* ``survived`` - the run went on through the fault and finished (rc 0), its
+  checkpoint loading, as the case's check confirms;
+* ``clean stop`` - it stopped as designed: the expected rc (130 for SIGINT)
+  or one clear error line, and no data lost;
+* ``lost`` - anything else: a traceback, a hang, an end by a signal (rc < 0),
+  an unclear error, or data lost.
+
+A file-size limit (``fsize``) is set with ``RLIMIT_FSIZE`` in the child, with
+SIGXFSZ ignored, so a write past it fails with EFBIG as on a full file system.
 """
 from __future__ import annotations
 
+import csv
 import hashlib
 import itertools
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -160,6 +176,9 @@ class Case:
     ``drive(run, ctx)`` sends signals while the process runs; ``check(ctx)``
     returns a list of problems found after it ended. ``bug``: the library bug
     that makes this case fail today (the test is then a strict xfail).
+    ``fault``: the fault outcome it must have (see the module docstring);
+    ``fsize``: an RLIMIT_FSIZE in bytes for the process; ``module``: what
+    ``python -m`` runs (a probe of the Python API instead of the CLI).
     """
 
     name: str
@@ -180,6 +199,9 @@ class Case:
     repeat: int = 1  # racy windows: run up to this many times, judge the first failing run
     env: dict = field(default_factory=dict)  # extra environment variables (values formatted like argv)
     bug: str = ""
+    fault: str = ""       # "survived" or "clean stop"
+    fsize: int = 0        # RLIMIT_FSIZE (bytes) of the process; 0: none
+    module: str = "a3c_core"
 
 
 @dataclass
@@ -199,6 +221,9 @@ class Result:
     bug: str = ""
     skipped: str = ""
     notes: list = field(default_factory=list)
+    fault: str = ""             # the fault outcome expected ("" for a case that is no fault)
+    fault_outcome: str = ""     # survived / clean stop / lost
+    module: str = "a3c_core"
 
     @property
     def expected_outcome(self) -> str:
@@ -207,13 +232,14 @@ class Result:
     @property
     def passed(self) -> bool:
         return (not self.skipped and self.outcome == self.expected_outcome and not self.orphans
-                and not self.data_lost and not self.problems)
+                and not self.data_lost and not self.problems
+                and self.fault_outcome == self.fault)
 
     def report(self) -> str:
         """A readable account of the case (assertion message, script --verbose)."""
         lines = [f"case {self.name}: outcome {self.outcome!r} (expected {self.expected_outcome!r}), "
                  f"rc {self.rc}, {self.seconds:.1f}s",
-                 "command: python -m a3c_core " + " ".join(self.argv)]
+                 f"command: python -m {self.module} " + " ".join(self.argv)]
         lines += [f"orphan: {o}" for o in self.orphans]
         lines += [f"data lost: {d}" for d in self.data_lost]
         lines += [f"problem: {p}" for p in self.problems]
@@ -252,16 +278,27 @@ def _default_sigint():
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def _child_setup(fsize=0):
+    """The child's preexec_fn: SIGINT at its default; with ``fsize``, a file-size
+    limit (a write past it fails with EFBIG, SIGXFSZ being ignored)."""
+    def setup():
+        _default_sigint()
+        if fsize:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    return setup
+
+
 class Proc:
     """A running CLI process: output collected by a thread, descendants sampled."""
 
-    def __init__(self, argv, cwd, token, extra_env=None):
+    def __init__(self, argv, cwd, token, extra_env=None, fsize=0, module="a3c_core"):
         env = _child_env(token)
         env.update(extra_env or {})
         self.argv = argv
-        self.p = subprocess.Popen([sys.executable, "-m", "a3c_core", *argv], cwd=cwd, env=env,
+        self.p = subprocess.Popen([sys.executable, "-m", module, *argv], cwd=cwd, env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  start_new_session=True, preexec_fn=_default_sigint)
+                                  start_new_session=True, preexec_fn=_child_setup(fsize))
         self.pid = self.p.pid
         self.t0 = time.monotonic()
         self.lines = []
@@ -458,7 +495,8 @@ def run_case(case: Case, shared: Shared, keep: str = "") -> Result:
 
     The dir is removed afterwards unless ``keep`` names a directory to move it into.
     """
-    res = Result(case.name, case.group, case.expect, bug=case.bug)
+    res = Result(case.name, case.group, case.expect, bug=case.bug, fault=case.fault,
+                 module=case.module)
     reason = skip_reason(case, shared)
     if reason:
         res.skipped = reason
@@ -468,7 +506,9 @@ def run_case(case: Case, shared: Shared, keep: str = "") -> Result:
     for attempt in range(case.repeat):
         tmp = tempfile.mkdtemp(prefix="a3c-reli-")
         try:
-            res = _run_case(case, shared, tmp, Result(case.name, case.group, case.expect, bug=case.bug))
+            res = _run_case(case, shared, tmp, Result(case.name, case.group, case.expect,
+                                                      bug=case.bug, fault=case.fault,
+                                                      module=case.module))
         finally:
             if keep:
                 shutil.move(tmp, keep)
@@ -495,7 +535,7 @@ def _run_case(case, shared, tmp, res):
     extra_env = {"CRASH_ENVS_MARKER": os.path.join(tmp, "env-started"),
                  **{k: v.format(**ctx.paths) for k, v in case.env.items()}}
 
-    proc = Proc(argv, tmp, token, extra_env)
+    proc = Proc(argv, tmp, token, extra_env, fsize=case.fsize, module=case.module)
     try:
         if case.drive:
             case.drive(proc, ctx)
@@ -534,7 +574,16 @@ def _run_case(case, shared, tmp, res):
     # checks report lost data as "data: ..." problems
     res.data_lost += [p[5:].strip() for p in res.problems if p.startswith("data:")]
     res.problems = [p for p in res.problems if not p.startswith("data:")]
+    if case.fault:
+        res.fault_outcome = fault_outcome(res)
     return res
+
+
+def fault_outcome(res) -> str:
+    """survived / clean stop / lost (see the module docstring)."""
+    if res.data_lost or res.outcome not in ("ok", "clear error") or res.problems:
+        return "lost"
+    return "survived" if res.rc == 0 else "clean stop"
 
 
 # -- setup helpers ------------------------------------------------------------------
@@ -760,7 +809,103 @@ def check_mid_write(ctx):
 
 
 
-# -- drivers (real signals) ---------------------------------------------------------
+# -- write faults (a file-size limit: EFBIG, as a full disk's ENOSPC) -----------------
+#: a file-size limit under the default CartPole checkpoint (~460 KB: 37,955
+#: parameters and Adam's two moments) and above its logs (the issue's ``ulimit -f 400``)
+FSIZE_CHECKPOINT = 400 * 1024
+#: above a 14 KB checkpoint (--hidden 8 --lstm-size 8), under 20,000 steps of CSV rows
+FSIZE_LOGS = 24 * 1024
+
+
+def _summary(ctx):
+    path = os.path.join(ctx.tmp, "run", "summary.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def _whole_rows(path):
+    """Problems of a CSV file a write fault may have torn: a last line without
+    its newline, rows of another width than the header."""
+    with open(path, newline="") as fh:
+        text = fh.read()
+    if text and not text.endswith("\n"):
+        return [f"{os.path.basename(path)} ends with a torn row"]
+    widths = {len(r) for r in csv.reader(text.splitlines())}
+    return [f"{os.path.basename(path)} has rows of {sorted(widths)} fields"] if len(widths) > 1 else []
+
+
+def setup_fault_resume(ctx):
+    """A copy of the shared CartPole run; its latest.npz's bytes are kept to compare."""
+    run = copy_run(ctx, ctx.shared.cart)
+    with open(os.path.join(run, "checkpoints", "latest.npz"), "rb") as fh:
+        ctx.digest = hashlib.sha256(fh.read()).hexdigest()
+    return {"run": run}
+
+
+def check_checkpoint_fault_fresh(ctx):
+    """No checkpoint fits: one warning for the periodic writes, no temporary
+    file left, summary.json says how many writes failed."""
+    problems = []
+    ck = os.path.join(ctx.tmp, "run", "checkpoints")
+    left = os.listdir(ck) if os.path.isdir(ck) else []
+    if left:
+        problems.append(f"files left in checkpoints/: {left}")
+    if ctx.output.count("warning: cannot write checkpoint") < 1:
+        problems.append("no warning for the periodic checkpoint writes")
+    if ctx.output.count(f"cannot write checkpoint {ck}/latest.npz") > 1:
+        problems.append("more than one warning line for latest.npz")
+    d = _summary(ctx)
+    if d is None:
+        problems.append("no summary.json")
+    else:
+        if d.get("status") != "failed":
+            problems.append(f"summary.json status {d.get('status')!r}, expected 'failed'")
+        if d.get("steps", 0) < 20000:
+            problems.append(f"the run stopped at step {d.get('steps')}, not going on after "
+                            "the refused writes")
+        ctx.notes.append(f"{d.get('checkpoint_write_failures')} checkpoint writes refused, "
+                         f"training went on to step {d.get('steps'):,}; none on disk")
+    return problems
+
+
+def check_checkpoint_fault_resume(ctx):
+    """The resumed run's latest.npz is the one it started from, byte for byte."""
+    latest = os.path.join(ctx.paths["run"], "checkpoints", "latest.npz")
+    if not os.path.exists(latest):
+        return [f"data: {latest} was removed"]
+    with open(latest, "rb") as fh:
+        if hashlib.sha256(fh.read()).hexdigest() != ctx.digest:
+            return [f"data: {latest} changed although no checkpoint could be written"]
+    with open(os.path.join(ctx.paths["run"], "summary.json")) as fh:
+        d = json.load(fh)
+    problems = [] if _loads(latest) else [f"data: {latest} no longer loads"]
+    if d.get("steps", 0) < 20000:
+        problems.append(f"the run stopped at step {d.get('steps')}, not going on after the "
+                        "refused writes")
+    ctx.notes.append(f"{d.get('checkpoint_write_failures')} checkpoint writes refused, training "
+                     f"went on to step {d.get('steps'):,}; latest.npz intact, resumed from it "
+                     "once the limit was gone")
+    return problems
+
+
+def check_log_fault(ctx):
+    """Checkpoints fit, the logs do not: the run finished, the lost rows are
+    counted, no row is torn, the checkpoint loads."""
+    problems = check_latest_loads(ctx)
+    d = _summary(ctx)
+    if d is None:
+        return problems + ["no summary.json"]
+    lost = d.get("unwritten_rows") or {}
+    if not lost:
+        problems.append("summary.json unwritten_rows is empty: the limit did not bite")
+    for name in ("metrics.csv", "episodes.csv"):
+        problems += _whole_rows(os.path.join(ctx.tmp, "run", name))
+    ctx.notes.append("rows not written: " + ", ".join(f"{n} of {k}" for k, n in lost.items()))
+    return problems
+
+
 def _latest(ctx):
     return os.path.join(ctx.tmp, "run", "checkpoints", "latest.npz")
 
@@ -853,6 +998,21 @@ def drive_sigint_at_engine_start(proc, ctx):
         return False
 
     if proc.wait_until(launching, timeout=120, poll=0.0):
+        proc.killpg(signal.SIGINT)
+
+
+_SECOND_SIGINT_DELAYS = itertools.cycle((0.0, 0.01, 0.03, 0.1, 0.3))
+
+
+def drive_double_sigint(proc, ctx):
+    """Ctrl-C, then a second Ctrl-C 0 to 0.3 s later (one delay per attempt):
+    while the final checkpoint is written or the process shuts down. Before
+    issue 73 a second one in the interpreter's shutdown ended the process by
+    the signal (rc -2) in ~1 run of 3."""
+    if proc.wait_until(lambda: os.path.exists(_latest(ctx)), timeout=150):
+        time.sleep(1.0)
+        proc.killpg(signal.SIGINT)
+        time.sleep(next(_SECOND_SIGINT_DELAYS))
         proc.killpg(signal.SIGINT)
 
 
@@ -1053,6 +1213,33 @@ CASES = [
          rc=(130,), contains=("interrupted",), drive=drive_sigint_in_env_init),
     Case("sigint-during-doom-engine-start", "signal", DOOM, expect="ok", rc=(130,), needs=("doom",),
          drive=drive_sigint_at_engine_start, repeat=5),  # before 7599667: SIGSEGV in ~1 start of 3
+    # -- faults a long run meets (issue 73): a full disk, a second Ctrl-C, a bad done mask --
+    # the issue's command under `ulimit -f 400`: no checkpoint fits; warned, then rc 1
+    Case("disk-full-no-checkpoint-fits", "fault",
+         ["train", "--env", "CartPole-v1", "--workers", "1", "--total-steps", "20000",
+          "--checkpoint-interval", "1", "--run-dir", "{tmp}/run"],
+         words=("final checkpoint", "File too large", "no valid checkpoint"),
+         fsize=FSIZE_CHECKPOINT, fault="clean stop", check=check_checkpoint_fault_fresh),
+    # a resumed run on a full disk: every write refused, its latest.npz kept; resumed later
+    Case("disk-full-resumed-run-keeps-its-checkpoint", "fault",
+         ["train", "--resume", "{run}", "--total-steps", "20000", "--checkpoint-interval", "1"],
+         words=("final checkpoint", "File too large", "newest valid", "latest.npz"),
+         setup=setup_fault_resume, writes=True, fsize=FSIZE_CHECKPOINT, fault="clean stop",
+         check=check_checkpoint_fault_resume,
+         then=Then(["train", "--resume", "{run}", "--total-steps", "600", "--quiet"],
+                   contains=("resuming from",))),
+    # checkpoints fit, metrics.csv / episodes.csv / TensorBoard do not: the run finishes
+    Case("disk-full-logs-only", "fault",
+         ["train", "--env", "CartPole-v1", "--workers", "1", "--total-steps", "20000",
+          "--hidden", "8", "--lstm-size", "8", "--checkpoint-interval", "1",
+          "--run-dir", "{tmp}/run"], expect="ok",
+         contains=("warning: cannot write", "rows not written", "done:"),
+         fsize=FSIZE_LOGS, fault="survived", check=check_log_fault),
+    Case("sigint-twice-while-stopping", "fault", CART_LONG, expect="ok", rc=(130,),
+         contains=("interrupted",), absent=("a3c train: error",),
+         drive=drive_double_sigint, check=check_interrupted, repeat=5, fault="clean stop"),
+    Case("act-batch-float-done-mask", "fault", ["act-batch", "{cart}", "--done", "0.5"],
+         words=("done",), module="reliability_probe", fault="clean stop"),
 ]
 
 
@@ -1081,6 +1268,10 @@ def summarize(results) -> dict:
         "orphan processes": sum(len(r.orphans) for r in ran),
         "data lost": sum(len(r.data_lost) for r in ran),
         "other failed checks": sum(bool(r.problems) and r.outcome in ("ok", "clear error") for r in ran),
+        **({} if not any(r.fault for r in ran) else {
+            "faults survived": sum(r.fault_outcome == "survived" for r in ran),
+            "faults stopped cleanly": sum(r.fault_outcome == "clean stop" for r in ran),
+            "faults lost": sum(r.fault_outcome == "lost" for r in ran)}),
     }
 
 
@@ -1089,7 +1280,7 @@ def markdown(results, header="") -> str:
     out = [header] if header else []
     out += ["| measure | count | target |", "|---|---:|---:|"]
     targets = {"tracebacks": 0, "accepted silently": 0, "unclear errors": 0, "orphan processes": 0,
-               "data lost": 0, "hangs": 0, "expected successes ended otherwise": 0}
+               "data lost": 0, "hangs": 0, "expected successes ended otherwise": 0, "faults lost": 0}
     for k, v in s.items():
         t = targets.get(k, "")
         if k == "clear errors":
@@ -1097,6 +1288,19 @@ def markdown(results, header="") -> str:
         if k == "passed":
             t = s["cases tried"]
         out.append(f"| {k} | {v} | {t} |")
+    faults = [r for r in results if r.fault]
+    if faults:
+        out += ["", "Faults (group `fault`): survived = the run went on and finished; clean stop "
+                "= it stopped as designed (its rc, one clear error line), nothing lost; lost = "
+                "anything else.", "",
+                "| fault | expected | outcome | rc | s | note |", "|---|---|---|---:|---:|---|"]
+        for r in faults:
+            if r.skipped:
+                out.append(f"| {r.name} | {r.fault} | skipped | | | {r.skipped} |")
+                continue
+            got = r.fault_outcome + ("" if r.passed else " **(fail)**")
+            note = "; ".join(r.notes + r.problems).replace("|", "\\|").replace("\n", " ")
+            out.append(f"| {r.name} | {r.fault} | {got} | {r.rc} | {r.seconds:.1f} | {note} |")
     out += ["", "| case | group | expected | outcome | rc | orphans | data lost | s | note |",
             "|---|---|---|---|---:|---:|---:|---:|---|"]
     for r in results:

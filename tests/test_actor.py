@@ -216,10 +216,10 @@ def _train(fused, settings, rollouts=40):
 
 @pytest.mark.parametrize("settings", [
     RolloutSettings(t_max=10, normalize_advantages=True),
-    RolloutSettings(t_max=10, bootstrap_truncated=False, reward_clip=0.7),
-    RolloutSettings(t_max=10, min_steps=10),
-    RolloutSettings(t_max=10, min_steps=6),
-], ids=["paper", "no-boot", "cross", "min"])
+    RolloutSettings(t_max=10, truncation_bootstrap=False, reward_clip=0.7),
+    # rollouts across episodes: merge_below's switch on from the first episode
+    RolloutSettings(t_max=10, merge_below=1e9, merge_window=1),
+], ids=["paper", "no-boot", "merge"])
 def test_worker_with_the_fused_step_trains_bit_for_bit_as_before(settings):
     p_new, n_new, ep_new, st_new = _train(True, settings)
     p_old, n_old, ep_old, st_old = _train(False, settings)

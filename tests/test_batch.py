@@ -164,6 +164,30 @@ def test_states_that_do_not_match_the_batch():
                      (np.zeros((2, 4)), np.zeros((2, 4))))
 
 
+def test_a_done_mask_that_is_not_boolean_is_refused_naming_done():
+    """A float mask (0.5: did the episode end or not?) or integers other than
+    0/1 are a ValueError naming ``done``, from Policy.act_batch and from
+    Network.step_batch; bool masks and 0/1 integer masks reset the same rows."""
+    policy = _policy("mlp-lstm")
+    rng = np.random.default_rng(0)
+    frames = _raw(policy, 4, rng)
+    h = rng.normal(size=(4, policy.net.lstm_size)).astype(np.float32)
+    c = rng.normal(size=(4, policy.net.lstm_size)).astype(np.float32)
+    for bad, what in ((np.full(4, 0.5), "float64"), ([1.0, 0.0, 1.0, 0.0], "float64"),
+                      ([0, 1, 2, 0], "got 2 at index 2"), (["yes", "no", "no", "no"], "<U")):
+        with pytest.raises(ValueError, match=r"done must be booleans.*" + what):
+            policy.act_batch(frames, (h, c), done=bad)
+        with pytest.raises(ValueError, match=r"done must be booleans"):
+            policy.net.step_batch(np.zeros((4, 6), np.float32), (h, c), done=bad)
+    as_bool = policy.probs_batch(frames, (h, c), done=np.array([True, False, True, False]))
+    for ints in ([1, 0, 1, 0], np.array([1, 0, 1, 0], np.uint8)):
+        got = policy.probs_batch(frames, (h, c), done=ints)
+        np.testing.assert_array_equal(got[0], as_bool[0])
+        np.testing.assert_array_equal(got[2][0], as_bool[2][0])
+    kept = policy.probs_batch(frames, (h, c), done=[0, 0, 0, 0])
+    assert not np.array_equal(kept[2][0][0], as_bool[2][0][0])   # row 0 was reset in one only
+
+
 def test_network_step_rejects_a_wrong_shape_of_the_right_size():
     net = build_network("doom-lstm", (1, 84, 84), 3)
     x = np.zeros((84, 84, 1), np.float32)

@@ -204,3 +204,30 @@ def test_describe_names_file_step_and_average(tmp_path):
     p = save_checkpoint(tmp_path / "best.npz", net.params, meta)
     d = load_checkpoint(p).describe()
     assert p in d and "step 40,000" in d and "12.50 over the last 100 episodes" in d and "best 80.25" in d
+
+
+def test_a_run_saved_with_the_removed_rnd_bonus_still_resumes(tmp_path, capsys):
+    """A run saved while the RND exploration bonus existed holds its state as
+    ``opt/rnd/*`` arrays and an "exploration" meta entry, and its config.toml
+    sets ``exploration``, ``exploration_scale`` and ``min_rollout``: loading
+    ignores the arrays, and ``--resume`` trains on, naming the ignored fields."""
+    pytest.importorskip("gymnasium")
+    from a3c_core.cli import main
+
+    run = str(tmp_path / "run")
+    assert main(["train", "--env", "CartPole-v1", "--workers", "1", "--total-steps", "200",
+                 "--run-dir", run, "--quiet", "--no-tensorboard"]) == 0
+    path = os.path.join(run, "checkpoints", "latest.npz")
+    ck = load_checkpoint(path)
+    rnd = {"rnd/predictor": np.ones(8, np.float32), "rnd/target": np.zeros(8, np.float32),
+           "rnd/opt.exp_avg": np.zeros(8, np.float32)}
+    save_checkpoint(path, ck.params, dict(ck.meta, exploration={"kind": "rnd"}),
+                    dict(ck.opt_arrays, **rnd))
+    assert set(load_checkpoint(path).opt_arrays) == set(ck.opt_arrays)
+    with open(os.path.join(run, "config.toml"), "a") as fh:
+        fh.write('exploration = "rnd"\nexploration_scale = 0.5\nmin_rollout = 0\n')
+    capsys.readouterr()
+    assert main(["train", "--resume", run, "--total-steps", "400", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "ignored: exploration, exploration_scale, min_rollout" in out, out
+    assert load_checkpoint(path).meta["counters"]["steps"] >= 400

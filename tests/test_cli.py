@@ -44,17 +44,24 @@ def test_train_help_renders_and_says_each_default_once():
 
     from a3c_core.train.config import Config
 
+    def defaults_said(help_text):
+        h = " ".join(help_text.lower().split())
+        assert "default: none" not in h, help_text      # an unset field's help says it in words
+        return h.count("(default") + h.count("; default:")
+
     names = {f.name for f in fields(Config)}
     for action in train._actions:
         if action.dest in names:
-            assert action.help.lower().count("(default") == 1, (action.dest, action.help)
+            assert defaults_said(action.help) == 1, (action.dest, action.help)
     value_coef = next(a for a in train._actions if a.dest == "value_coef")
     assert value_coef.help.endswith(f"(default: {Config().value_coef!r})")
+    health = next(a for a in train._actions if a.dest == "health_reward")
+    assert health.help.endswith("else 0 = off"), health.help
     # rendered: every option's block states one default
     blocks = re.split(r"\n  (?=-)", text.split("options:", 1)[1])[1:]
     for block in blocks:
         if not block.startswith(("-h", "--help", "--config", "--resume")):
-            assert block.lower().count("(default") == 1, block
+            assert defaults_said(block) == 1, block
 
 
 def test_a_removed_flag_is_an_error_saying_why(tmp_path):

@@ -1,6 +1,13 @@
+import importlib.util
+
 import pytest
 
-from a3c_core.train.config import REMOVED_FIELDS, Config, ConfigError, removed_flag, resolve
+from a3c_core.train.config import (REMOVED_FIELDS, SAVED_RUN_DEFAULTS, Config, ConfigError,
+                                   removed_flag, resolve)
+
+#: ale-py registers the Atari ids of gymnasium's form (PongNoFrameskip-v4);
+#: without it such an id is a plain gymnasium one
+HAS_ALE = importlib.util.find_spec("ale_py") is not None
 
 
 def _r(obs_kind="image", **kw):
@@ -26,25 +33,24 @@ def test_defaults_are_the_standard_workload():
 
 
 def test_resolve_learning_rate_per_family_spec_and_optimizer():
-    # Adam: 1e-4 on doom and Atari, 3e-4 on the vector specs (bench/RESULTS.md);
+    # Adam: 1e-4 on doom and Atari, 3e-4 on the vector specs (docs/defaults.md);
     # an explicit lr always wins
     assert _r().lr == pytest.approx(1e-4)
     assert _r(spec="doom-lstm").lr == pytest.approx(1e-4)
-    for atari in ("ALE/Pong-v5", "PongNoFrameskip-v4"):
-        r = _r(env=atari)
-        assert (r.family, r.spec) == ("atari", "atari-lstm") and r.lr == pytest.approx(1e-4)
     cart = dict(env="CartPole-v1")
     assert _r("vector", **cart).spec == "mlp-lstm"
     assert _r("vector", **cart).lr == pytest.approx(3e-4)
     assert _r("vector", spec="mlp", **cart).lr == pytest.approx(3e-4)
     assert _r("vector", lr=5e-5, **cart).lr == pytest.approx(5e-5)
     assert _r("vector", optimizer="rmsprop", **cart).lr == pytest.approx(7e-4)
-    assert _r(optimizer="sgd").lr == pytest.approx(1e-3)
-    assert _r("vector", optimizer="sgd", **cart).lr == pytest.approx(1e-3)
-    # the same numbers the optimizer classes default to
-    from a3c_core.core.optim import SGD, RMSProp
+    # the same number the optimizer class defaults to
+    from a3c_core.core.optim import RMSProp
 
-    assert _r(optimizer="sgd").lr == SGD(4).lr and _r(optimizer="rmsprop").lr == RMSProp(4).lr
+    assert _r(optimizer="rmsprop").lr == RMSProp(4).lr
+    pytest.importorskip("ale_py")       # the Atari ids of gymnasium's form need it
+    for atari in ("ALE/Pong-v5", "PongNoFrameskip-v4"):
+        r = _r(env=atari)
+        assert (r.family, r.spec) == ("atari", "atari-lstm") and r.lr == pytest.approx(1e-4)
 
 
 def test_resolve_amsgrad_and_anneal():
@@ -98,7 +104,7 @@ def test_resolve_per_family_bootstrap_reward_clip_and_advantages():
     cart = _r("vector", env="CartPole-v1")
     assert (cart.family, cart.truncation_bootstrap, cart.reward_clip) == ("gym", True, 0.0)
     assert cart.normalize_advantages
-    for atari in ("ALE/Pong-v5", "PongNoFrameskip-v4", "atari:Breakout"):
+    for atari in ("ALE/Pong-v5", "atari:Breakout") + (("PongNoFrameskip-v4",) if HAS_ALE else ()):
         a = _r(env=atari)
         assert a.family == "atari" and a.reward_clip == 1.0 and a.truncation_bootstrap
         assert not a.normalize_advantages
@@ -177,6 +183,7 @@ def test_net_kwargs_honour_or_reject_spec_fields():
         ("gamma", 1.5),
         ("gae_lambda", -0.1),
         ("optimizer", "adagrad"),
+        ("optimizer", "sgd"),             # removed
         ("spec", "resnet"),
         ("workers", -1),
         ("lr", -1e-3),
@@ -209,9 +216,7 @@ def test_net_kwargs_honour_or_reject_spec_fields():
         ("lstm_size", 0),
         ("env", " "),
         ("max_skipped_updates", -1),
-        ("min_rollout", -1),
-        ("min_rollout", 21),          # > t_max (20)
-        ("min_rollout", 2.5),
+        ("merge_below", -1.0),
         ("health_reward", -1.0),
         ("health_reward", float("nan")),
         ("ammo_reward", -0.5),
@@ -287,7 +292,8 @@ def test_shipped_config_files_load():
 def test_obs_norm_default_is_on_for_doom_and_atari_images_only():
     assert _r(env="doom:basic").obs_norm
     assert _r(env="ALE/Pong-v5").obs_norm
-    assert _r(env="PongNoFrameskip-v4").obs_norm
+    if HAS_ALE:
+        assert _r(env="PongNoFrameskip-v4").obs_norm
     assert not _r("vector", env="CartPole-v1").obs_norm
     assert not _r(env="ALE/Pong-v5", obs_norm=False).obs_norm
     assert _r("vector", env="CartPole-v1", obs_norm=True).obs_norm
@@ -299,50 +305,71 @@ def _saved(**d):
     return Config.from_dict(d, saved_run=True, ignored=ignored), ignored
 
 
-def test_min_rollout_default_is_the_papers_rollouts():
-    assert _r().min_rollout == 0               # the A3C paper's rollouts
-    assert _r(min_rollout=7).min_rollout == 7
-    assert _r(min_rollout=20).min_rollout == 20
-
-
-def test_an_old_saved_cross_episode_run_resumes_with_min_rollout_t_max():
-    c, ignored = _saved(env="doom:basic", cross_episode=True, min_rollout=3)
-    assert resolve(c).min_rollout == 20 and ignored == ["cross_episode"]
-    c, ignored = _saved(t_max=5, cross_episode=True)
-    assert (c.min_rollout, resolve(c).min_rollout) == (5, 5) and ignored == ["cross_episode"]
-    c, ignored = _saved(cross_episode=False, min_rollout=3)
-    assert resolve(c).min_rollout == 3 and ignored == ["cross_episode"]
-
-
-def test_trainer_settings_carry_the_effective_min_rollout():
-    from a3c_core.train.build import _settings
-
-    cross = _saved(cross_episode=True)[0]
-    for cfg, want in ((Config(), 0), (Config(min_rollout=10), 10), (cross, 20)):
-        s = _settings(cfg, resolve(cfg))
-        assert s.min_steps == want and s.t_max == 20
-
-
-def test_merge_below_applies_only_with_the_papers_rollouts():
+def test_merge_below_is_on_by_default_and_carried_to_the_workers():
     assert Config().merge_below == 8.0 and _r().merge_below == 8.0
     assert _r().records_resets                 # the warm-up compiles the reset variant
-    assert _r(min_rollout=1).merge_below == 8.0   # 1 is the paper's rollouts
-    assert _r(min_rollout=10).merge_below == 0.0
-    assert resolve(_saved(cross_episode=True)[0]).merge_below == 0.0
+    assert _r(merge_below=0.0).merge_below == 0.0
     assert not _r(merge_below=0.0).records_resets
-    assert _r(merge_below=0.0, min_rollout=10).records_resets
     assert _r(merge_below=0.0, envs_per_worker=2).records_resets
     with pytest.raises(ConfigError, match="merge_below"):
         Config(merge_below=-1.0).validate()
     from a3c_core.train.build import _settings
 
-    for cfg, want in ((Config(), 8.0), (Config(merge_below=0), 0.0), (Config(min_rollout=10), 0.0)):
+    for cfg, want in ((Config(), 8.0), (Config(merge_below=0), 0.0), (Config(merge_below=3), 3.0)):
         assert _settings(cfg, resolve(cfg)).merge_below == want
+
+
+def test_an_old_saved_run_with_fixed_rollouts_resumes_with_merge_below():
+    # min_rollout and cross_episode are ignored (and reported); merge_below
+    # is the saved one, or the paper's rollouts where the run predates it
+    c, ignored = _saved(env="doom:basic", cross_episode=True, min_rollout=3)
+    assert sorted(ignored) == ["cross_episode", "min_rollout"] and c.merge_below == 0.0
+    c, ignored = _saved(min_rollout=10, merge_below=8.0)
+    assert ignored == ["min_rollout"] and resolve(c).merge_below == 8.0
+
+
+def test_a_saved_run_fills_the_fields_it_predates_from_one_table():
+    """A saved config that lacks a field gets SAVED_RUN_DEFAULTS' value (what
+    the run trained with), a new config today's default; a field the saved
+    config sets is kept."""
+    doom, _ = _saved(env="doom:basic")
+    assert (doom.merge_below, doom.obs_norm, doom.self_imitation) == (0.0, False, False)
+    assert (doom.action_set, doom.view) == ("buttons", "full")
+    assert (doom.lr_anneal_steps, doom.lr_anneal_floor) == (1_000_000, 0.1)   # anneal unset
+    cart, _ = _saved(env="CartPole-v1")
+    assert (cart.merge_below, cart.obs_norm, cart.self_imitation) == (0.0, False, False)
+    assert (cart.action_set, cart.view) == (None, None)             # not a Doom run
+    annealed, _ = _saved(env="CartPole-v1", lr_anneal=True)
+    assert (annealed.lr_anneal_steps, annealed.lr_anneal_floor) == (0, 0.0)
+    kept, _ = _saved(env="doom:deadly_corridor", merge_below=6.0, obs_norm=True,
+                     action_set="combos", view="band", lr_anneal=True, lr_anneal_steps=500,
+                     lr_anneal_floor=0.2)
+    assert (kept.merge_below, kept.obs_norm, kept.action_set, kept.view) == (
+        6.0, True, "combos", "band")
+    assert (kept.lr_anneal_steps, kept.lr_anneal_floor) == (500, 0.2)
+    new = Config.from_dict({"env": "doom:basic"})
+    assert (new.merge_below, new.obs_norm, new.action_set) == (8.0, None, None)
+    assert set(SAVED_RUN_DEFAULTS) <= {f for f in Config.__dataclass_fields__}
+
+
+def test_a_saved_run_that_trained_with_sgd_is_a_clear_error(tmp_path):
+    old = tmp_path / "config.toml"
+    old.write_text('env = "CartPole-v1"\noptimizer = "sgd"\nexploration = "none"\n'
+                   'min_rollout = 0\n')
+    with pytest.raises(ConfigError, match="config field 'optimizer' = 'sgd': this optimizer "
+                                          "was removed .*choose one of rmsprop, adam"):
+        Config.from_toml(str(old), saved_run=True)
+    old.write_text('env = "CartPole-v1"\noptimizer = "rmsprop"\nexploration = "none"\n'
+                   'exploration_scale = 0.5\nmin_rollout = 0\n')
+    ignored = []
+    c = Config.from_toml(str(old), saved_run=True, ignored=ignored)
+    assert c.optimizer == "rmsprop"
+    assert ignored == ["exploration", "exploration_scale", "min_rollout"]
 
 
 def test_a_run_saved_before_merge_below_keeps_the_papers_rollouts(tmp_path):
     old = tmp_path / "config.toml"
-    old.write_text('env = "doom:basic"\nmin_rollout = 0\n')
+    old.write_text('env = "doom:basic"\nt_max = 20\n')
     assert Config.from_toml(str(old), saved_run=True).merge_below == 0.0
     assert Config.from_toml(str(old)).merge_below == 8.0        # a new run's file: the default
     new = tmp_path / "new.toml"
@@ -404,4 +431,6 @@ def test_a_removed_flag_names_itself_and_why():
     assert removed_flag(["--adam-beta2=0.9"]).startswith("--adam-beta2 was removed: ")
     assert removed_flag(["--no-cross-episode"]).startswith("--no-cross-episode was removed: ")
     assert removed_flag(["--cross-episode"]).startswith("--cross-episode was removed: ")
-    assert removed_flag(["--env", "CartPole-v1", "--min-rollout", "20"]) is None
+    assert removed_flag(["--min-rollout", "20"]).startswith("--min-rollout was removed: ")
+    assert removed_flag(["--exploration", "rnd"]).startswith("--exploration was removed: ")
+    assert removed_flag(["--env", "CartPole-v1", "--merge-below", "0"]) is None

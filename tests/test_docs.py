@@ -214,3 +214,61 @@ def test_relative_links_resolve():
             elif frag and full.endswith(".md") and frag not in anchors(full):
                 bad.append(f"{os.path.relpath(doc, ROOT)}: {target} (no such heading)")
     assert not bad, "\n".join(bad)
+
+
+#: a token that names a repository file: ends in .py, .md, .toml or .pyx, not
+#: preceded by a path or word character (so not the tail of a URL or of
+#: another path)
+_PATH_TOKEN = re.compile(r"(?<![\w./:-])((?:[\w.-]+/)*[\w.-]+\.(?:py|md|toml|pyx))\b")
+#: names that are not repository files: where a run or a tool writes
+_NOT_REPO_PATHS = {
+    "results.md",           # bench/scenarios.py writes it into its --out directory
+}
+_NOT_REPO_PREFIXES = ("runs/", "RUN/", "RUN_DIR/", "tmp/", "../")     # ../: beside the repository
+#: a file named near one of these words is gone on purpose (its record says so)
+_GONE_MARKERS = ("removed", "git history", "git log", "git show")
+
+
+def _named_path_files():
+    out = [os.path.join(ROOT, "README.md")]
+    for top in ("a3c_core", "bench", "docs"):
+        for dirpath, dirnames, filenames in os.walk(os.path.join(ROOT, top)):
+            dirnames[:] = [d for d in dirnames if not d.startswith((".", "__")) and d != "out"]
+            out += [os.path.join(dirpath, f) for f in filenames if f.endswith((".py", ".md"))]
+    return sorted(out)
+
+
+def test_named_repository_files_exist():
+    """A repository path a source or doc names (``bench/X.py``,
+    ``docs/X.md``, ``a3c_core/.../X.py``, a top-level ``X.md``) exists,
+    relative to the repository root (or, in markdown, to the doc).  Names
+    of files removed on purpose pass where the text says so ("removed",
+    "git history", ...; or under a markdown heading that says "removed")."""
+    bad = []
+    for path in _named_path_files():
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        heading_gone = []       # (offset, whether the heading there says "removed")
+        if path.endswith(".md"):
+            heading_gone = [(m.start(), "removed" in m.group(0).lower())
+                            for m in re.finditer(r"^#{1,6} .*$", text, re.M)]
+        for m in _PATH_TOKEN.finditer(text):
+            tok = m.group(1)
+            if "/" not in tok and not tok.endswith(".md"):
+                continue                # a module's own file name (setup.py, config.toml)
+            if tok in _NOT_REPO_PATHS or tok.startswith(_NOT_REPO_PREFIXES):
+                continue
+            here = [os.path.join(ROOT, tok)]
+            if path.endswith(".md"):
+                here.append(os.path.join(os.path.dirname(path), tok))
+            if any(os.path.exists(p) for p in here):
+                continue
+            near = text[max(0, m.start() - 100):m.end() + 60].lower()
+            if any(w in near for w in _GONE_MARKERS):
+                continue
+            under = [gone for at, gone in heading_gone if at < m.start()]
+            if under and under[-1]:
+                continue
+            line = text.count("\n", 0, m.start()) + 1
+            bad.append(f"{os.path.relpath(path, ROOT)}:{line}: {tok}")
+    assert not bad, "names of files that do not exist:\n" + "\n".join(bad)

@@ -1,8 +1,9 @@
-"""A worker with several envs (``envs_per_worker``): each rollout plays each
-env in turn from its own LSTM state and episode, and one update covers all
-the parts.  Checked against single-env workers playing the same envs with the
-same uniforms: the same actions, values, episodes and states, and the update
-is the sum of theirs."""
+"""The batched worker (``envs_per_worker`` K > 1): K envs in lockstep, one
+forward per tick, one backward over the T x K rows.  Its update is checked
+against the sum of ``loss_and_grad`` over every env's segments, each from
+the LSTM state the worker carried for that env (so the state carried across
+rollouts and the per-row resets are checked too), with the targets it
+computed; its running returns against the envs' own."""
 import numpy as np
 import pytest
 
@@ -81,111 +82,94 @@ def _settings(**kw):
     return RolloutSettings(**{"t_max": 10, "gamma": 0.9, **kw})
 
 
-@pytest.mark.parametrize("fused_act", [True, False])
-@pytest.mark.parametrize("kw", [{}, {"min_steps": 6}, {"gae_lambda": 0.9}],
-                         ids=["paper", "min-steps", "gae"])
-def test_k_env_worker_is_the_sum_of_single_env_workers(kw, fused_act):
-    K, T, R = 3, 10, 12
-    s = _settings(**kw)
-    u = np.random.default_rng(3).random(K * T * Worker.UNIFORM_BLOCK)
-    multi_store = _GradStore(fused=fused_act)
-    multi = Worker(0, [_env(k) for k in range(K)], _net(seed=7), ObsPipeline(
-        _env(0).preprocess_spec, _env(0).obs_shape), multi_store, s, _Uniforms(u),
-        fused_act=fused_act)
-    assert multi.n_envs == K and (multi.actor is not None) == fused_act
-    singles = []
+class _SpyNet:
+    """Wraps the worker's network: keeps each update's recorded rows,
+    targets, reset mask and the state it started from."""
+
+    def __init__(self, net):
+        self._net = net
+        self.calls = []
+        self.start_state = None
+
+    def __getattr__(self, name):
+        return getattr(self._net, name)
+
+    def record_tick(self, t, state=None, reset=None):
+        if t == 0:
+            self.start_state = None if state is None else (state[0].copy(), state[1].copy())
+        return self._net.record_tick(t, state, reset)
+
+    def rollout_grad(self, actions, returns, adv, **kw):
+        net = self._net
+        cws = net._ws[len(net.encoder)]
+        n = actions.shape[0]
+        self.calls.append({"obs": net.recorded_obs.copy(), "actions": actions.copy(),
+                           "returns": np.array(returns), "adv": np.array(adv),
+                           "reset": cws["reset"][:n].copy(), "state": self.start_state,
+                           "kw": kw})
+        return net.rollout_grad(actions, returns, adv, **kw)
+
+
+def _segment_sum(net, call, K):
+    """The sum of loss_and_grad over every env's segments of one update."""
+    n = call["actions"].shape[0] // K
+    rows = lambda a: a.reshape((n, K) + a.shape[1:])            # noqa: E731
+    obs, acts, ret, adv = (rows(call[k]) for k in ("obs", "actions", "returns", "adv"))
+    reset = rows(call["reset"])
+    total = np.zeros_like(net.grads)
     for k in range(K):
-        # env k's uniforms: its t_max of each rollout's block, in rollout order
-        uk = u.reshape(-1, K, T)[:, k, :].reshape(-1)
-        w = Worker(0, _env(k), _net(seed=7), ObsPipeline(_env(k).preprocess_spec, RAW_SHAPE),
-                   _GradStore(fused=fused_act), s, _Uniforms(uk), fused_act=fused_act)
-        singles.append(w)
-    for _ in range(R):
-        n, *_ = multi.rollout()
-        parts = [w.rollout()[0] for w in singles]
-        assert n == sum(parts)
-        off = 0
-        for w, m in zip(singles, parts):        # the same steps, row for row
-            np.testing.assert_array_equal(multi.actions[off:off + m], w.actions[:m])
-            np.testing.assert_array_equal(multi.values[off:off + m], w.values[:m])
-            np.testing.assert_array_equal(multi.raw_rewards[off:off + m], w.raw_rewards[:m])
-            np.testing.assert_array_equal(multi._ret[off:off + m], w._ret[:m])
-            np.testing.assert_array_equal(multi._adv[off:off + m], w._adv[:m])
-            off += m
-        for k, w in enumerate(singles):         # each env's running return
-            multi._use(k)
-            assert multi._ret_acc == pytest.approx(multi.env.acc, rel=1e-12, abs=1e-12)
-            assert multi._ret_acc == w._ret_acc
-        # one update: the sum of the parts' gradients (the loss sums over rows)
-        want = np.sum([w.store.grads[-1].astype(np.float64) for w in singles], axis=0)
-        got = multi_store.grads[-1].astype(np.float64)
-        scale = np.abs(want).max()
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * scale)
-    assert len(multi_store.grads) == R
-    assert multi_store.steps == sum(w.store.steps for w in singles)
-    # each env's episodes and LSTM state carried on as in its own worker
-    assert sorted(multi_store.episodes) == sorted(e for w in singles for e in w.store.episodes)
-    assert len(multi_store.episodes) > 2 * K
-    for k, w in enumerate(singles):
-        multi._use(k)
-        assert (multi.ep_return, multi.ep_length) == (w.ep_return, w.ep_length)
-        if w.state is not None:
-            np.testing.assert_array_equal(multi.state[0], w.state[0])
-            np.testing.assert_array_equal(multi.state[1], w.state[1])
+        cuts = [0] + [t for t in range(1, n) if reset[t, k]] + [n]
+        for j, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
+            s0 = None
+            if j == 0 and call["state"] is not None:
+                s0 = (call["state"][0][k], call["state"][1][k])
+            net.loss_and_grad(obs[a:b, k], acts[a:b, k], ret[a:b, k], adv[a:b, k], s0,
+                              **call["kw"])
+            total += net.grads
+    return total
 
 
-RAW_SHAPE = FrameEnv().obs_shape
-
-
-def _train(fused, K, settings, adv_norm, rollouts=25):
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("kw", [{}, {"gae_lambda": 0.9}], ids=["n-step", "gae"])
+def test_k_env_update_is_the_sum_of_its_envs_segment_gradients(kw, fused):
+    K = 3
     envs = [_env(k) for k in range(K)]
-    pipe = ObsPipeline(envs[0].preprocess_spec, envs[0].obs_shape)
-    net = _net(seed=7)
-    shared = SharedState(net.params.copy(), make_optimizer("adam", net.n_params, lr=1e-3))
+    inner = _net(seed=7)
+    net = _SpyNet(inner)
+    store = _GradStore(fused)
+    w = Worker(0, envs, net, ObsPipeline(envs[0].preprocess_spec, envs[0].obs_shape), store,
+               _settings(**kw), np.random.default_rng(3))
+    ref = _net(seed=7)                   # the same parameters (the store leaves them as they are)
+    for r in range(6):
+        n, *_ = w.rollout()
+        assert n == 10 * K
+        want = _segment_sum(ref, net.calls[-1], K)
+        scale = np.abs(want).max()
+        np.testing.assert_allclose(store.grads[-1], want, rtol=2e-3, atol=2e-4 * scale)
+        # each env's running return for the normalizer is its own
+        np.testing.assert_allclose(w._ret_acc, [e.acc for e in envs], rtol=1e-9)
+    assert any(c["reset"].any() for c in net.calls)       # episodes ended inside rollouts
+    assert all(e.episode >= 1 for e in envs)
+
+
+def test_k_env_worker_reports_every_envs_episodes_with_their_own_returns():
+    K = 3
+    envs = [_env(k) for k in range(K)]
     episodes = []
-    rn = ReturnNormalizer(0.99)
-    store = ThreadStore(shared, rn, lambda w, r, n, i, **_: episodes.append((r, n)), adv_norm)
-    w = Worker(0, envs, net, pipe, store, settings, np.random.default_rng(11),
-               fused_targets=fused)
-    assert (w._stats is not None) == fused
-    lengths = [w.rollout()[0] for _ in range(rollouts)]
-    accs = []
-    for k in range(K):
-        w._use(k)
-        accs.append(w._ret_acc)
-    return shared.params.copy(), lengths, episodes, rn.stats.copy(), accs
-
-
-@pytest.mark.parametrize("settings", [
-    RolloutSettings(t_max=10, normalize_advantages=True),
-    RolloutSettings(t_max=10, min_steps=10, normalize_advantages=True, reward_clip=0.7),
-], ids=["paper", "cross"])
-def test_k_env_targets_in_one_call_are_the_separate_calls_bit_for_bit(settings):
-    """Normalized rewards: each env's running return starts from its own and
-    carries on to its next rollout, in the compiled call as in the separate
-    calls (which take the store's reward_scale and advantage_scale)."""
-    new = _train(True, 3, settings, AdvantageNormalizer(horizon=50.0))
-    old = _train(False, 3, settings, AdvantageNormalizer(horizon=50.0))
-    assert new[1] == old[1] and new[2] == old[2] and len(new[2]) > 6
-    np.testing.assert_array_equal(new[0], old[0])
-    np.testing.assert_array_equal(new[3], old[3])
-    assert new[4] == old[4] and any(a != 0 for a in new[4])
-
-
-def test_one_env_in_a_list_is_the_single_env_worker_bit_for_bit():
-    s = RolloutSettings(t_max=10, normalize_advantages=True)
-    a = _train(True, 1, s, AdvantageNormalizer())
-    env = _env(0)
-    net = _net(seed=7)
-    shared = SharedState(net.params.copy(), make_optimizer("adam", net.n_params, lr=1e-3))
-    rn = ReturnNormalizer(0.99)
-    episodes = []
-    w = Worker(0, env, net, ObsPipeline(env.preprocess_spec, env.obs_shape),
-               ThreadStore(shared, rn, lambda *e, **_: episodes.append(e[1:3]), AdvantageNormalizer()),
-               s, np.random.default_rng(11))
-    lengths = [w.rollout()[0] for _ in range(25)]
-    assert lengths == a[1] and episodes == a[2]
-    np.testing.assert_array_equal(shared.params, a[0])
+    net = _net(seed=1)
+    shared = SharedState(net.params.copy(), make_optimizer("adam", net.n_params, lr=1e-4))
+    store = ThreadStore(shared, ReturnNormalizer(0.99),
+                        lambda wid, r, n, i, **_: episodes.append((r, n)), AdvantageNormalizer())
+    w = Worker(0, envs, net, ObsPipeline(envs[0].preprocess_spec, envs[0].obs_shape), store,
+               _settings(), np.random.default_rng(0))
+    for _ in range(8):
+        w.rollout()
+    assert shared.steps == 8 * 10 * K
+    lengths = sorted(n for _, n in episodes)
+    want = sorted(L for k in range(K) for i, L in enumerate(LENGTHS[k] * 10)
+                  if sum((LENGTHS[k] * 10)[:i + 1]) <= 80)
+    assert lengths == want
+    assert all(np.isfinite(shared.params))
 
 
 def test_worker_refuses_an_empty_env_list():
@@ -246,7 +230,7 @@ def test_warm_up_compiles_the_reset_variant_for_several_envs(tmp_path, monkeypat
 
     assert not resolve(Config(merge_below=0.0)).records_resets
     assert resolve(Config(merge_below=0.0, envs_per_worker=2)).records_resets
-    assert resolve(Config()).records_resets and resolve(Config(min_rollout=20)).records_resets
+    assert resolve(Config()).records_resets
     seen = []
     monkeypatch.setattr(T, "warm_up_network", lambda net, resets, **kw: seen.append(resets))
     for k, want in ((1, False), (2, True)):

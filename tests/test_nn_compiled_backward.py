@@ -176,5 +176,5 @@ def test_replayed_backward_calls_follow_new_rows_lengths_and_regrows(spec, obs_s
         assert np.isfinite(results[0]["grads"]).all()
         _assert_identical(*results)
     # kept per (T, resets); the regrow to 26 rows dropped the calls made before it
-    assert (26, net.recurrent) in net._bw_calls and (8, False) in net._bw_calls
-    assert not any(t == 5 for t, _ in net._bw_calls)
+    assert (26, net.recurrent, 1) in net._bw_calls and (8, False, 1) in net._bw_calls
+    assert not any(t == 5 for t, _, _ in net._bw_calls)

@@ -291,7 +291,7 @@ def test_worker_updates_with_the_recorded_rollout():
         def add_steps(self, n):
             return n
 
-        def record_episode(self, wid, ret, length, intrinsic=None, end=None):
+        def record_episode(self, wid, ret, length, end=None):
             pass
 
     net = _CheckNet(build_network("mlp-lstm", (4,), 3, hidden=(8,), lstm_size=6,

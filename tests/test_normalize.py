@@ -136,28 +136,6 @@ def test_cartpole_learns_the_same_whatever_the_reward_unit(tmp_path):
         assert np.mean(got[-100:]) >= 66, (scaled, np.mean(got[-100:]))
 
 
-@pytest.mark.slow
-def test_cartpole_learns_with_cross_episode_rollouts(tmp_path):
-    """min_rollout = t_max (fixed t_max rollouts over episode boundaries, LSTM
-    reset inside the rollout) learns CartPole-v1 like the default rollouts do
-    (same budget and seed as the test above; random play ~22 steps); every
-    update then has t_max steps, so updates = steps / t_max exactly."""
-    pytest.importorskip("gymnasium")
-    from a3c_core.train.config import Config
-    from a3c_core.train.trainer import Trainer
-
-    run = tmp_path / "cross"
-    cfg = Config(env="CartPole-v1", workers=1, seed=0, total_steps=40_000, quiet=True,
-                 tensorboard=False, checkpoint_interval=0, run_dir=str(run), entropy_beta=0.001,
-                 t_max=20, min_rollout=20)
-    tr = Trainer(cfg)
-    tr.run()
-    with open(run / "episodes.csv", newline="") as fh:
-        lengths = [int(r["length"]) for r in csv.DictReader(fh)]
-    assert np.mean(lengths[-100:]) >= 66, np.mean(lengths[-100:])
-    assert tr.shared.updates * cfg.t_max == tr.shared.steps
-
-
 def test_advantage_normalizer_moving_rms_against_numpy():
     """horizon=H: an exponential moving average of A^2 with per-sample decay
     1 - 1/H, batch by batch (numpy twin), that forgets early large advantages."""

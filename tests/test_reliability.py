@@ -55,3 +55,23 @@ def test_judging_rejects_bad_outcomes():
     assert classify(ok, 130, "interrupted: 10 steps\n", False)[0] == "ok"
     assert classify(ok, 1, "interrupted\n", False)[0] == "unexpected"
     assert classify(ok, 130, "stopped\n", False)[0] == "unexpected"
+
+
+def test_fault_outcomes_are_judged():
+    """survived / clean stop / lost, and a fault case fails unless it has the one it names."""
+    from reliability_cases import Result, fault_outcome
+
+    def res(outcome, rc, **kw):
+        r = Result("x", "fault", "ok", outcome=outcome, rc=rc, fault="clean stop", **kw)
+        r.fault_outcome = fault_outcome(r)
+        return r
+
+    assert res("ok", 0).fault_outcome == "survived"
+    assert res("ok", 130).fault_outcome == "clean stop"
+    assert res("clear error", 1).fault_outcome == "clean stop"
+    assert res("unexpected", -2).fault_outcome == "lost"          # ended by the signal
+    assert res("traceback", 1).fault_outcome == "lost"
+    assert res("hang", None).fault_outcome == "lost"
+    assert res("ok", 130, data_lost=["latest.npz was changed"]).fault_outcome == "lost"
+    assert res("ok", 0, problems=["no summary.json"]).fault_outcome == "lost"
+    assert res("ok", 130).passed and not res("ok", 0).passed       # survived, not a clean stop

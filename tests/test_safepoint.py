@@ -108,6 +108,33 @@ def test_a_second_signal_is_only_noted(capfd):
         sigs.check()
 
 
+@pytest.mark.parametrize("keep", [False, True])
+def test_after_a_stop_signal_an_exiting_process_keeps_ignoring_signals(keep):
+    """keep_ignoring (the CLI, Trainer.run(exiting=True)): once a signal stopped
+    the run, SIGINT and SIGTERM stay ignored after it, so a second Ctrl-C
+    during the interpreter's shutdown (which puts SIG_DFL back for Python
+    handlers) cannot end the process by the signal instead of with 130.
+    Without a signal, or without keep_ignoring, the old handlers come back."""
+    old_term = signal.getsignal(signal.SIGTERM)
+    try:
+        with SignalsAsExceptions(keep_ignoring=keep):
+            pass                                    # a run that no signal stopped
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with pytest.raises(KeyboardInterrupt):
+            with SignalsAsExceptions(keep_ignoring=keep) as sigs:
+                os.kill(os.getpid(), signal.SIGINT)
+                sum(range(1000))
+        assert sigs._fired == signal.SIGINT
+        want = signal.SIG_IGN if keep else signal.default_int_handler
+        assert signal.getsignal(signal.SIGINT) is want
+        assert signal.getsignal(signal.SIGTERM) is (signal.SIG_IGN if keep else old_term)
+        if keep:
+            os.kill(os.getpid(), signal.SIGINT)     # the second Ctrl-C: nothing happens
+            sum(range(1000))
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+
+
 def test_outside_a_run_nothing_is_deferred_or_raised():
     sigs = SignalsAsExceptions()        # never entered: a Trainer not running
     with sigs.deferred():

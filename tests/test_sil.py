@@ -12,6 +12,7 @@ from a3c_core.envs.base import Env
 from a3c_core.nn.network import build_network
 from a3c_core.obs import ObsPipeline
 from a3c_core.train.config import Config, resolve
+from a3c_core.train.sil import SelfImitation
 from a3c_core.train.worker import RolloutSettings, Store, ThreadStore, Worker
 
 
@@ -67,13 +68,13 @@ class SpyStore(ThreadStore):
         return super().apply(grads, max_grad_norm, offset, local=local)
 
 
-def _sil_worker(envs, *, t_max=4, min_steps=0, dtype=np.float32, normalizer=None,
+def _sil_worker(envs, *, t_max=4, dtype=np.float32, normalizer=None,
                 adv_normalizer=None, reward_scale=1.0, **kw):
     net = build_network("mlp-lstm", (3,), 3, hidden=(8,), lstm_size=4, seed=0, dtype=dtype)
     shared = SharedState(net.params.astype(np.float32),
                          make_optimizer("adam", net.n_params, lr=1e-3))
     store = SpyStore(shared, normalizer, adv_normalizer)
-    s = RolloutSettings(t_max=t_max, gamma=0.9, reward_scale=reward_scale, min_steps=min_steps,
+    s = RolloutSettings(t_max=t_max, gamma=0.9, reward_scale=reward_scale,
                         normalize_advantages=adv_normalizer is not None, self_imitation=True,
                         **kw)
     pipe = ObsPipeline({"kind": "vector"}, (3,))
@@ -90,13 +91,14 @@ def test_kept_episodes_are_the_ones_the_envs_played(n_envs, across):
     (fewer than SIL_EPISODES), row for row what the agent saw, did and got;
     the running ones are not."""
     envs = [TaggedEnv(tag, [3, 6, 9][tag:] + [3, 6, 9][:tag]) for tag in range(n_envs)]
-    w, _, _ = _sil_worker(envs, min_steps=4 if across else 0)
+    # across: merge_below's switch on from the first episode (a window of one)
+    w, _, _ = _sil_worker(envs, merge_below=1e9 if across else 0.0, merge_window=1)
     for _ in range(10):
         w.rollout()
-    kept = {(int(e[1][0, 0]), int(e[1][0, 1])): e for e in w._sil_buf}
+    kept = {(int(e[1][0, 0]), int(e[1][0, 1])): e for e in w.sil.buf}
     finished = [(env.tag, i, ep) for env in envs for i, ep in enumerate(env.log)
                 if len(ep) == env.lengths[i % 3]]
-    assert 2 <= len(finished) < Worker.SIL_EPISODES
+    assert 2 <= len(finished) < SelfImitation.EPISODES
     assert sorted(kept) == sorted((tag, i) for tag, i, _ in finished)
     for tag, i, ep in finished:
         ret, obs, acts, raw = kept[(tag, i)]
@@ -105,18 +107,18 @@ def test_kept_episodes_are_the_ones_the_envs_played(n_envs, across):
         np.testing.assert_array_equal(raw, [r for _, _, r in ep])
         assert ret == sum(r for _, _, r in ep)
     # best first
-    assert [e[0] for e in w._sil_buf] == sorted((e[0] for e in w._sil_buf), reverse=True)
+    assert [e[0] for e in w.sil.buf] == sorted((e[0] for e in w.sil.buf), reverse=True)
 
 
 def test_the_buffer_keeps_the_best_episodes_within_its_row_cap(monkeypatch):
-    monkeypatch.setattr(Worker, "SIL_EPISODES", 3)
-    monkeypatch.setattr(Worker, "SIL_ROWS", 10)
+    monkeypatch.setattr(SelfImitation, "EPISODES", 3)
+    monkeypatch.setattr(SelfImitation, "ROWS", 10)
     w, _, _ = _sil_worker([TaggedEnv(0, [3])])
 
     def close(ret, rows):
         got = w.sil_keep(np.zeros((rows, 3), np.float32), np.zeros(rows, np.int64),
                          np.full(rows, ret / rows))
-        buf = [(round(e[0], 6), len(e[2])) for e in w._sil_buf]
+        buf = [(round(e[0], 6), len(e[2])) for e in w.sil.buf]
         assert got == ((round(ret, 6), rows) in buf)
         return buf
 
@@ -148,7 +150,7 @@ def test_sil_keep_refuses_rows_the_replay_could_not_use():
     for msg, args in bad.items():
         with pytest.raises(ValueError, match=re.escape(msg)):
             w.sil_keep(*args)
-    assert len(w._sil_buf) == 1          # nothing refused was kept
+    assert len(w.sil.buf) == 1          # nothing refused was kept
 
 
 def test_sil_keep_refuses_a_worker_without_self_imitation():
@@ -161,11 +163,11 @@ def test_sil_keep_refuses_a_worker_without_self_imitation():
 
 
 def test_an_episode_longer_than_the_row_cap_is_dropped_as_it_plays(monkeypatch):
-    monkeypatch.setattr(Worker, "SIL_ROWS", 7)
+    monkeypatch.setattr(SelfImitation, "ROWS", 7)
     w, _, _ = _sil_worker([TaggedEnv(0, [9, 3])], t_max=4)
     for _ in range(8):
         w.rollout()
-    assert [len(e[2]) for e in w._sil_buf] == [3, 3]      # the 9-step episodes are not kept
+    assert [len(e[2]) for e in w.sil.buf] == [3, 3]      # the 9-step episodes are not kept
 
 
 def test_targets_are_discounted_returns_in_the_learning_scale():
@@ -174,7 +176,7 @@ def test_targets_are_discounted_returns_in_the_learning_scale():
     r = np.clip(raw, -1, 1) * 0.5
     want = [r[0] + .9 * r[1] + .81 * r[2] + .729 * r[3], r[1] + .9 * r[2] + .81 * r[3],
             r[2] + .9 * r[3], r[3]]
-    np.testing.assert_allclose(w._sil_targets(raw), want, rtol=1e-6)   # float32 targets
+    np.testing.assert_allclose(w.sil.targets(raw), want, rtol=1e-6)   # float32 targets
     # normalized rewards: the normalizer's current scale (read, not merged), then norm_clip
     norm = ReturnNormalizer(0.9)
     norm.update([1.0, 3.0, 5.0])
@@ -183,7 +185,7 @@ def test_targets_are_discounted_returns_in_the_learning_scale():
     r = np.clip(raw * norm.scale, -0.3, 0.3)
     want = [r[0] + .9 * r[1] + .81 * r[2] + .729 * r[3], r[1] + .9 * r[2] + .81 * r[3],
             r[2] + .9 * r[3], r[3]]
-    np.testing.assert_allclose(w._sil_targets(raw), want, rtol=1e-6)   # float32 targets
+    np.testing.assert_allclose(w.sil.targets(raw), want, rtol=1e-6)   # float32 targets
     np.testing.assert_array_equal(norm.stats, before)
 
 
@@ -211,8 +213,8 @@ def test_update_is_the_gradient_of_the_sil_loss(adv_norm):
     obs = rng.normal(size=(7, 3))
     acts = rng.integers(0, 3, 7)
     raw = np.array([0.0, 1.0, -3.0, 0.0, 2.0, -1.0, 0.5])
-    w._sil_buf = [(float(raw.sum()), obs, acts, raw)]
-    R = w._sil_targets(raw)
+    w.sil.buf = [(float(raw.sum()), obs, acts, raw)]
+    R = w.sil.targets(raw)
     z = np.zeros(7)
     net.loss(obs, acts, z, z, None)
     c = np.maximum(R - net.last_values, 0.0)
@@ -229,14 +231,14 @@ def test_update_is_the_gradient_of_the_sil_loss(adv_norm):
         for eps in (1e-6, -1e-6):
             twin.params[:] = params0
             twin.params[i] += eps
-            fd.append(_sil_loss(twin, obs, acts, R, c, Worker.SIL_VALUE_COEF))
+            fd.append(_sil_loss(twin, obs, acts, R, c, SelfImitation.VALUE_COEF))
         np.testing.assert_allclose(g[i], (fd[0] - fd[1]) / 2e-6, rtol=1e-5, atol=1e-8)
 
 
 def test_no_update_where_no_return_beats_the_value():
     w, net, store = _sil_worker([TaggedEnv(0, [3])], dtype=np.float64)
     obs = np.zeros((4, 3))
-    w._sil_buf = [(-400.0, obs, np.zeros(4, np.int64), np.full(4, -100.0))]
+    w.sil.buf = [(-400.0, obs, np.zeros(4, np.int64), np.full(4, -100.0))]
     w.sil_replay(4)
     assert (w.stats.sil_replays, w.stats.sil_updates, store.grads) == (1, 0, [])
 
@@ -245,11 +247,11 @@ def test_replays_follow_the_steps_played():
     """A replay costs its episode's rows: 10 played steps buy replays of a
     4-step episode until the credit is spent (3 replays, 2 rows owed)."""
     w, _, store = _sil_worker([TaggedEnv(0, [3])])
-    w._sil_buf = [(8.0, np.zeros((4, 3), np.float32), np.zeros(4, np.int64), np.full(4, 2.0))]
+    w.sil.buf = [(8.0, np.zeros((4, 3), np.float32), np.zeros(4, np.int64), np.full(4, 2.0))]
     w.sil_replay(10)
-    assert w.stats.sil_replays == 3 and w._sil_credit == -2
+    assert w.stats.sil_replays == 3 and w.sil.credit == -2
     w.sil_replay(1)
-    assert w.stats.sil_replays == 3 and w._sil_credit == -1
+    assert w.stats.sil_replays == 3 and w.sil.credit == -1
 
 
 def test_off_keeps_nothing():
@@ -260,7 +262,7 @@ def test_off_keeps_nothing():
                RolloutSettings(t_max=4, reward_scale=1.0), np.random.default_rng(0))
     for _ in range(4):
         w.rollout()
-    assert w.sil_net is None and w._sil_parts is None and len(w.store.grads) == 4
+    assert w.sil is None and len(w.store.grads) == 4
 
 
 def test_a_store_without_its_normalizers_arrays_is_refused():

@@ -130,14 +130,16 @@ def _train(fused, settings, adv_norm, reward_norm=True, rollouts=40):
 
 @pytest.mark.parametrize("settings,adv,reward_norm", [
     (RolloutSettings(t_max=10, normalize_advantages=True), "rms", True),
-    (RolloutSettings(t_max=10, normalize_advantages=True, bootstrap_truncated=False,
+    (RolloutSettings(t_max=10, normalize_advantages=True, truncation_bootstrap=False,
                      reward_clip=0.7, gae_lambda=0.95), "ema", True),
-    (RolloutSettings(t_max=10, min_steps=10, normalize_advantages=True), "ema", True),
-    (RolloutSettings(t_max=10, min_steps=6), None, True),
-    (RolloutSettings(t_max=10, reward_scale=0.25, reward_clip=0.7, min_steps=10,
-                     normalize_advantages=True), "rms", False),
+    # rollouts across episodes: merge_below's switch on from the first episode
+    (RolloutSettings(t_max=10, merge_below=1e9, merge_window=1, normalize_advantages=True),
+     "ema", True),
+    (RolloutSettings(t_max=10, merge_below=1e9, merge_window=1), None, True),
+    (RolloutSettings(t_max=10, reward_scale=0.25, reward_clip=0.7, merge_below=1e9,
+                     merge_window=1, normalize_advantages=True), "rms", False),
     (RolloutSettings(t_max=10, reward_scale=0.5), None, False),
-], ids=["paper-rms", "clip-gae-ema", "cross-ema", "min", "fixed-cross", "fixed"])
+], ids=["paper-rms", "clip-gae-ema", "merge-ema", "merge", "fixed-merge", "fixed"])
 def test_worker_with_one_targets_call_trains_bit_for_bit_as_the_separate_calls(
         settings, adv, reward_norm):
     def norm():
@@ -176,7 +178,7 @@ def test_warm_up_compiles_the_signature_a_worker_calls():
     warm_up()
     before = list(rollout_targets.signatures)
     for settings, adv, rn in ((RolloutSettings(t_max=10, normalize_advantages=True), "rms", True),
-                              (RolloutSettings(t_max=10, reward_scale=0.5, min_steps=10),
-                               None, False)):
+                              (RolloutSettings(t_max=10, reward_scale=0.5, merge_below=1e9,
+                                               merge_window=1), None, False)):
         _train(True, settings, AdvantageNormalizer() if adv else None, rn, rollouts=6)
     assert list(rollout_targets.signatures) == before and len(before) == 1

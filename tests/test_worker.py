@@ -68,6 +68,12 @@ class SpyNet:
         self.step_values.append((obs.copy(), float(v)))
         return probs, v, state
 
+    def step_batch(self, obs, state=None, done=None):      # the batched worker's bootstraps
+        probs, v, state = self._net.step_batch(obs, state, done)
+        for o, x in zip(obs, v):
+            self.step_values.append((o.copy(), float(x)))
+        return probs, v, state
+
     def rollout_grad(self, actions, returns, adv, **kw):   # the worker's backward-only update
         call = {"obs": self._net.recorded_obs.copy(),
                 "returns": np.array(returns, np.float64), "kw": dict(kw)}
@@ -111,7 +117,7 @@ def _worker(env, t_max, *, gamma=0.5, boot_trunc=True, reward_scale=1.0):
     pipe = ObsPipeline({"kind": "vector"}, env.obs_shape)
     store = RecordingStore(net.n_params)
     s = RolloutSettings(t_max=t_max, gamma=gamma, gae_lambda=1.0, reward_scale=reward_scale,
-                        bootstrap_truncated=boot_trunc)
+                        truncation_bootstrap=boot_trunc)
     return Worker(0, env, net, pipe, store, s, np.random.default_rng(0)), net, store
 
 
@@ -219,12 +225,13 @@ def test_shaping_is_learned_from_but_scores_are_the_tasks_own(t_max):
 
 def test_thread_store_is_hogwild_on_shared_state_and_counts_skips():
     net = build_network("mlp", (2,), 2, hidden=(8,), seed=0)
-    shared = SharedState(net.params, make_optimizer("sgd", net.n_params, lr=0.1))
+    shared = SharedState(net.params, make_optimizer("adam", net.n_params, lr=0.1))
     got = []
     store = ThreadStore(shared, ReturnNormalizer(0.99), lambda *a, **k: got.append((a, k)))
     g = np.ones(net.n_params, np.float32)
     store.apply(g, 0.0)
-    np.testing.assert_allclose(shared.params, net.params - 0.1, rtol=1e-6)
+    # Adam's first step: lr x g / |g| per parameter (bias-corrected moments)
+    np.testing.assert_allclose(shared.params, net.params - 0.1, rtol=1e-5, atol=1e-6)
     bad = g.copy()
     bad[3] = np.nan
     store.apply(bad, 0.0)
@@ -237,8 +244,8 @@ def test_thread_store_is_hogwild_on_shared_state_and_counts_skips():
     np.testing.assert_array_equal(local, shared.params)
     store.record_episode(1, 5.0, 7)
     store.record_episode(0, -1.0, 3, end="died")
-    assert got == [((1, 5.0, 7, 1), {"intrinsic": None, "end": None}),
-                   ((0, -1.0, 3, 2), {"intrinsic": None, "end": "died"})]
+    assert got == [((1, 5.0, 7, 1), {"end": None}),
+                   ((0, -1.0, 3, 2), {"end": "died"})]
 
 
 def test_worker_run_stops_at_total_steps_and_on_event():
@@ -302,7 +309,7 @@ def test_skipped_update_makes_the_next_rollout_pull():
     assert not w._fresh or np.array_equal(net.params, shared.params)
 
 
-# -- rollouts across episode boundaries (min_steps = t_max) ----------------------
+# -- lockstep rollouts of K envs: t_max ticks, across episode boundaries ---------
 
 class _ScaleSpyStore(RecordingStore):
     def __init__(self, n_params):
@@ -314,77 +321,108 @@ class _ScaleSpyStore(RecordingStore):
         return 1.0
 
 
-def _cross_worker(env, t_max, *, spec="mlp", gamma=0.5, reward_scale=1.0, boot_trunc=True,
-                  min_steps=None):
-    """min_steps=t_max (every rollout t_max steps, across episodes), or
-    min_steps=K when given."""
+def _settings(t_max, gamma=0.5, reward_scale=1.0, boot_trunc=True, **kw):
+    return RolloutSettings(t_max=t_max, gamma=gamma, gae_lambda=1.0, reward_scale=reward_scale,
+                           truncation_bootstrap=boot_trunc, **kw)
+
+
+def _net_of(spec):
     kw = {"hidden": (8,)} if spec == "mlp" else {"hidden": (8,), "lstm_size": 4}
-    net = SpyNet(build_network(spec, (2,), 2, seed=0, **kw))
+    return SpyNet(build_network(spec, (2,), 2, seed=0, **kw))
+
+
+def _cross_worker(script, t_max, *, spec="mlp", truncate=False, K=2, **kw):
+    """K envs playing ``script`` in lockstep (identical envs: every env's
+    rows are the same; row t*K + k is tick t of env k)."""
+    net = _net_of(spec)
+    envs = [ScriptedEnv(script, truncate=truncate) for _ in range(K)]
+    pipe = ObsPipeline({"kind": "vector"}, envs[0].obs_shape)
+    store = _ScaleSpyStore(net.n_params)
+    w = Worker(0, envs, net, pipe, store, _settings(t_max, **kw), np.random.default_rng(0))
+    return w, net, store
+
+
+def _merged_worker(env, t_max, *, spec="mlp", **kw):
+    """One env, merge_below's switch on: rollouts run on into the next
+    episode until they hold t_max // 2 steps."""
+    net = _net_of(spec)
     pipe = ObsPipeline({"kind": "vector"}, env.obs_shape)
     store = _ScaleSpyStore(net.n_params)
-    s = RolloutSettings(t_max=t_max, gamma=gamma, gae_lambda=1.0, reward_scale=reward_scale,
-                        bootstrap_truncated=boot_trunc,
-                        min_steps=t_max if min_steps is None else min_steps)
-    return Worker(0, env, net, pipe, store, s, np.random.default_rng(0)), net, store
+    w = Worker(0, env, net, pipe, store, _settings(t_max, **kw), np.random.default_rng(0))
+    w.merging = True
+    return w, net, store
 
 
-def test_cross_episode_rollout_runs_on_into_the_next_episode():
-    env = ScriptedEnv([1.0, 2.0, 3.0])
-    w, net, store = _cross_worker(env, t_max=5)
+def test_lockstep_rollout_runs_on_into_the_next_episode():
+    w, net, store = _cross_worker([1.0, 2.0, 3.0], t_max=5)
     n, term, trunc, applied = w.rollout()
-    assert (n, term, trunc, applied) == (5, False, False, True)
+    assert (n, term, trunc, applied) == (10, False, False, True)
     v = _value_of(net, np.array([1, 2], np.float32))        # bootstrap of the cut segment
     # episode 0 (terminal, no bootstrap) then episode 1's first two steps
     want = [2.75, 3.5, 3.0, 1 + 0.5 * (2 + 0.5 * v), 2 + 0.5 * v]
-    np.testing.assert_allclose(net.calls[0]["returns"], want, rtol=1e-5)
-    np.testing.assert_array_equal(net.calls[0]["obs"][:, 0], [0, 0, 0, 1, 1])   # episodes
-    np.testing.assert_array_equal(net.calls[0]["obs"][:, 1], [0, 1, 2, 0, 1])   # step in episode
-    assert store.episodes == [(6.0, 3)] and store.steps == 5
-    w.rollout()           # episode 1 ends at row 0, episode 2 fills rows 1-3, episode 3 starts
-    np.testing.assert_array_equal(net.calls[1]["obs"][:, 1], [2, 0, 1, 2, 0])
-    np.testing.assert_array_equal(net.calls[1]["obs"][:, 0], [1, 2, 2, 2, 3])
-    assert store.episodes == [(6.0, 3)] * 3 and store.steps == 10
+    for k in range(2):                                      # each env's rows
+        np.testing.assert_allclose(net.calls[0]["returns"][k::2], want, rtol=1e-5)
+        np.testing.assert_array_equal(net.calls[0]["obs"][k::2, 0], [0, 0, 0, 1, 1])
+        np.testing.assert_array_equal(net.calls[0]["obs"][k::2, 1], [0, 1, 2, 0, 1])
+    assert store.episodes == [(6.0, 3)] * 2 and store.steps == 10
+    w.rollout()           # episode 1 ends at tick 0, episode 2 fills ticks 1-3, episode 3 starts
+    np.testing.assert_array_equal(net.calls[1]["obs"][0::2, 1], [2, 0, 1, 2, 0])
+    np.testing.assert_array_equal(net.calls[1]["obs"][1::2, 0], [1, 2, 2, 2, 3])
+    assert store.episodes == [(6.0, 3)] * 6 and store.steps == 20
 
 
 @pytest.mark.parametrize("boot", [True, False])
-def test_cross_episode_truncation_bootstraps_each_segment(boot):
-    env = ScriptedEnv([1.0, 1.0], truncate=True)
-    w, net, store = _cross_worker(env, t_max=3, boot_trunc=boot)
+def test_lockstep_truncation_bootstraps_each_segment(boot):
+    w, net, store = _cross_worker([1.0, 1.0], t_max=3, truncate=True, boot_trunc=boot)
     w.rollout()
     v_end0 = _value_of(net, np.array([0, 2], np.float32)) if boot else 0.0
     v_cut = _value_of(net, np.array([1, 1], np.float32))     # t_max cut: always bootstrapped
-    np.testing.assert_allclose(net.calls[0]["returns"],
-                               [1 + 0.5 * (1 + 0.5 * v_end0), 1 + 0.5 * v_end0, 1 + 0.5 * v_cut],
-                               rtol=1e-5)
-    assert store.episodes == [(2.0, 2)]
+    for k in range(2):
+        np.testing.assert_allclose(net.calls[0]["returns"][k::2],
+                                   [1 + 0.5 * (1 + 0.5 * v_end0), 1 + 0.5 * v_end0,
+                                    1 + 0.5 * v_cut], rtol=1e-5)
+    assert store.episodes == [(2.0, 2)] * 2
 
 
-def test_cross_episode_resets_the_lstm_state_and_records_the_reset():
-    env = ScriptedEnv([1.0, 2.0])
-    w, net, store = _cross_worker(env, t_max=5, spec="mlp-lstm")
+def test_lockstep_resets_each_rows_lstm_state_and_records_the_reset():
+    w, net, store = _cross_worker([1.0, 2.0], t_max=5, spec="mlp-lstm")
     w.rollout()
-    assert net._rec_resets == 2                   # episodes start at rows 2 and 4
+    assert net._rec_resets == 4                   # both envs' episodes start at ticks 2 and 4
     cws = net._ws[len(net.encoder)]
-    assert list(cws["reset"][:5]) == [False, False, True, False, True]
-    np.testing.assert_array_equal(cws["hin"][2], 0.0)
-    assert store.episodes == [(3.0, 2), (3.0, 2)]
+    assert list(cws["reset"][:10]) == [False] * 4 + [True] * 2 + [False] * 2 + [True] * 2
+    np.testing.assert_array_equal(cws["hin"][4:6], 0.0)
+    assert store.episodes == [(3.0, 2)] * 4
 
 
-def test_cross_episode_running_returns_restart_at_each_episode():
-    env = ScriptedEnv([1.0, 2.0, 3.0])
-    w, net, store = _cross_worker(env, t_max=5, reward_scale=None)
+def test_lockstep_resets_only_the_row_whose_episode_ended():
+    """Envs with different episode lengths: each row's state restarts at its
+    own episode's start, and the other rows carry on."""
+    net = _net_of("mlp-lstm")
+    envs = [ScriptedEnv([1.0, 1.0]), ScriptedEnv([1.0, 1.0, 1.0])]
+    pipe = ObsPipeline({"kind": "vector"}, envs[0].obs_shape)
+    w = Worker(0, envs, net, pipe, _ScaleSpyStore(net.n_params), _settings(6),
+               np.random.default_rng(0))
     w.rollout()
-    # gamma 0.5: episode 0 -> 1, 2.5, 4.25; episode 1 restarts -> 1, 2.5 (one merge)
+    cws = net._ws[len(net.encoder)]
+    reset = cws["reset"][:12].reshape(6, 2)
+    np.testing.assert_array_equal(reset[:, 0], [False, False, True, False, True, False])
+    np.testing.assert_array_equal(reset[:, 1], [False, False, False, True, False, False])
+
+
+def test_lockstep_running_returns_restart_at_each_episode():
+    w, net, store = _cross_worker([1.0, 2.0, 3.0], t_max=5, reward_scale=None)
+    w.rollout()
+    # gamma 0.5: episode 0 -> 1, 2.5, 4.25; episode 1 restarts -> 1, 2.5 (one merge, env-major)
     assert len(store.scale_calls) == 1
-    np.testing.assert_allclose(store.scale_calls[0], [1, 2.5, 4.25, 1, 2.5])
+    np.testing.assert_allclose(store.scale_calls[0], [1, 2.5, 4.25, 1, 2.5] * 2)
     w.rollout()
     # episode 1 goes on from its carried 2.5: 0.5 * 2.5 + 3; then episode 2: 1, 2.5, 4.25, 1
-    np.testing.assert_allclose(store.scale_calls[1], [4.25, 1, 2.5, 4.25, 1])
+    np.testing.assert_allclose(store.scale_calls[1], [4.25, 1, 2.5, 4.25, 1] * 2)
 
 
-def test_min_rollout_runs_on_into_the_next_episode_until_it_holds_min_steps():
+def test_merged_rollout_runs_on_into_the_next_episode_until_it_holds_half_t_max():
     env = ScriptedEnv([1.0, 2.0, 3.0])
-    w, net, store = _cross_worker(env, t_max=10, min_steps=5)
+    w, net, store = _merged_worker(env, t_max=10)
     n, term, trunc, applied = w.rollout()
     # episode 0 ends after 3 steps (< 5: run on), episode 1 after 6 (>= 5: stop there)
     assert (n, term, trunc, applied) == (6, True, False, True)
@@ -398,12 +436,13 @@ def test_min_rollout_runs_on_into_the_next_episode_until_it_holds_min_steps():
     assert store.steps == 12
 
 
-def test_min_rollout_longer_episodes_end_their_rollouts_as_before():
-    """An episode longer than min_steps: cut at t_max (bootstrapped) and ended
-    at its end, exactly like the default rollouts."""
+def test_merged_rollouts_of_longer_episodes_end_as_the_papers():
+    """Episodes longer than t_max // 2: cut at t_max (bootstrapped) and ended
+    at their end, exactly like the paper's rollouts."""
     script = [1.0, 2.0, 3.0, 4.0, 5.0]
-    w, net, store = _cross_worker(ScriptedEnv(script), t_max=3, min_steps=2)
-    w0, net0, store0 = _cross_worker(ScriptedEnv(script), t_max=3, min_steps=1)   # the default path
+    w, net, store = _merged_worker(ScriptedEnv(script), t_max=3)
+    w0, net0, store0 = _merged_worker(ScriptedEnv(script), t_max=3)
+    w0.merging = False
     for _ in range(4):
         assert w.rollout() == w0.rollout()
     for a, b in zip(net.calls, net0.calls):
@@ -415,10 +454,9 @@ def test_min_rollout_longer_episodes_end_their_rollouts_as_before():
 # -- merge_below: the switch to rollouts across episodes once episodes are short ---
 
 def _merge_worker(env, t_max, merge_below, window, spec="mlp"):
-    w, net, store = _cross_worker(env, t_max, spec=spec, reward_scale=None, min_steps=0)
-    w.s = RolloutSettings(t_max=t_max, gamma=0.5, gae_lambda=1.0, reward_scale=None,
-                          merge_below=merge_below, merge_window=window)
-    w._lengths = np.zeros(window, np.int64)
+    w, net, store = _merged_worker(env, t_max, spec=spec, reward_scale=None,
+                                   merge_below=merge_below, merge_window=window)
+    w.merging = False
     return w, net, store
 
 
@@ -432,8 +470,8 @@ def test_merge_below_switches_on_once_the_window_of_episodes_is_short():
         assert not w.merging
         assert w.rollout()[0] == 3
     assert w.merging and w.mean_episode_length() == 3.0
-    twin, tnet, tstore = _cross_worker(ScriptedEnv([1.0, 2.0, 3.0]), t_max=10,
-                                       reward_scale=None, min_steps=5)
+    twin, tnet, tstore = _merged_worker(ScriptedEnv([1.0, 2.0, 3.0]), t_max=10,
+                                        reward_scale=None)
     twin.env.episode = w.env.episode - 1    # the twin starts where the switch happened
     twin.rng = np.random.default_rng(1)
     w.rng = np.random.default_rng(1)

@@ -37,8 +37,8 @@ __all__ = ["ReturnNormalizer", "AdvantageNormalizer", "running_returns", "merge_
 
 # The per-rollout statistics below run as compiled nogil kernels: as ~15
 # numpy calls on arrays of ~20 values they held the GIL ~10 us per update
-# (bench/gil_budget.py, 7.67 -> 7.16 us per agent step; bench/RESULTS.md,
-# sixth session of 2026-11-26).
+# (7.67 -> 7.16 us of GIL per agent step, 2-core VM, 2026-11-26; see
+# docs/results.md, "The GIL").
 
 
 @kernel(fastmath=False)          # the recurrence exactly as written, no FMA

@@ -54,9 +54,9 @@ elements another worker changes later in the sweep).
 and wraps around: the result is the same, element by element.  The trainer
 gives worker ``i`` of ``N`` the offset ``i * n / N`` so that two applies that
 run at the same time write different cache lines at any moment instead of
-chasing each other over the same ones.  Measured with
-``bench/two_thread_apply.py`` (2 threads, 1.2M params, medians of three runs
-on a noisy 2-core VM): Adam from a common start 1.41-2.30x one thread's time
+chasing each other over the same ones.  Measured (2 threads, 1.2M params,
+medians of three runs on a noisy 2-core VM; docs/results.md, "Investigations
+that concluded"): Adam from a common start 1.41-2.30x one thread's time
 per update, staggered 1.42-1.54x, two threads on private arrays (no sharing
 at all) 1.44-1.58x: staggering removes the contention, the rest is memory
 bandwidth (Adam streams 7 arrays).  RMSProp (5 arrays): 1.03-1.55x.
@@ -67,7 +67,7 @@ import numpy as np
 
 from a3c_core import _hogwild, _hugepages
 
-__all__ = ["Optimizer", "SGD", "RMSProp", "Adam", "make_optimizer", "OPTIMIZERS"]
+__all__ = ["Optimizer", "RMSProp", "Adam", "make_optimizer", "OPTIMIZERS"]
 
 
 def _check_positive_int(name, value, allow_zero=False):
@@ -196,21 +196,6 @@ class Optimizer:
         return f"{type(self).__name__}(n_params={self.n_params}, {hp})"
 
 
-class SGD(Optimizer):
-    """Plain SGD: params <- params - lr * grads (in place, no statistics)."""
-
-    name = "sgd"
-    _hyper = ("lr",)
-
-    def __init__(self, n_params, lr=1e-3):
-        super().__init__(n_params)
-        self.lr = _check_float("lr", lr, lo=0.0)
-
-    def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0, out=None):
-        for sl in self._spans(offset, params, grads, *_opt(out)):
-            _hogwild.sgd_apply(params[sl], grads[sl], self.lr, grad_scale, _sl(out, sl))
-
-
 class RMSProp(Optimizer):
     """A3C paper shared RMSProp (non-centred), statistics shared by all workers.
 
@@ -263,9 +248,9 @@ class Adam(Optimizer):
     ``params <- params - lr * m_hat / (sqrt(max(v)/(1-b2^t)) + eps)``.  Why:
     Adam's step is invariant to the gradient's scale, so where a converged
     policy's gradients shrink (doom:basic: the policy and value heads',
-    10-50x, bench/RESULTS.md) plain Adam keeps moving those weights by about
+    10-50x, docs/results.md) plain Adam keeps moving those weights by about
     as much per apply as while it was learning.  With the maximum the step
-    shrinks with the gradient, the way SGD's does, and a burst after
+    shrinks with the gradient, the way plain SGD's does, and a burst after
     convergence is measured against the largest gradients seen, not the
     smallest.  A state saved without the maximum is loaded with it set to
     ``v``.
@@ -349,11 +334,11 @@ class Adam(Optimizer):
         return den_rms, float(np.sqrt(np.mean(u * u)))
 
 
-OPTIMIZERS = {"sgd": SGD, "rmsprop": RMSProp, "adam": Adam}
+OPTIMIZERS = {"rmsprop": RMSProp, "adam": Adam}
 
 
 def make_optimizer(name, n_params, **kwargs):
-    """Build an optimizer by name ('rmsprop', 'adam', 'sgd'; case-insensitive)."""
+    """Build an optimizer by name ('rmsprop' or 'adam'; case-insensitive)."""
     if not isinstance(name, str) or name.lower() not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; choose one of {sorted(OPTIMIZERS)}")
     cls = OPTIMIZERS[name.lower()]

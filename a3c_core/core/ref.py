@@ -12,16 +12,10 @@ import functools
 
 from a3c_core._preprocess import LUMA
 
-__all__ = ["ref_sgd", "ref_rmsprop", "ref_adam", "ref_amsgrad", "ref_clip", "ref_returns",
+__all__ = ["ref_rmsprop", "ref_adam", "ref_amsgrad", "ref_clip", "ref_returns",
            "ref_gae", "ref_preprocess"]
 
 _f32 = np.float32
-
-
-def ref_sgd(params, grads, lr, grad_scale=1.0):
-    """-> new params: p - lr*(grad_scale*g)."""
-    d = grads * _f32(grad_scale)
-    return params - _f32(lr) * d
 
 
 def ref_rmsprop(params, grads, square_avg, lr, alpha=0.99, eps=0.1, grad_scale=1.0):

@@ -16,7 +16,7 @@ rollout's raw rewards into the update's inputs:
 
 As some fifteen numpy, Numba and Cython calls with their Python between
 them, this held the GIL ~40-60 µs per update on a 2-core VM (a worker's
-caches are cold after its network step; bench/gil_holds.py).
+caches are cold after its network step; docs/results.md, "The GIL").
 :func:`rollout_targets` is the same sequence as one call, value for value:
 it calls the very kernels the separate path calls (``clip_into``,
 ``_running_returns_into``, ``merge_stats``, ``scale_clip_into``), and

@@ -102,7 +102,7 @@ def run_ray_training(cfg, args, resume=None) -> int:
             f"{trainer.backend.hosts} machine(s), {opts.shards} shard(s), {trainer.spec_name}, "
             f"{trainer.shared.params.size:,} parameters, env {cfg.env})")
     try:
-        res = trainer.run(announce=lambda: print(line, flush=True))
+        res = trainer.run(announce=lambda: print(line, flush=True), exiting=True)
     except TrainingError as e:
         if not isinstance(e, ShardLost):
             for who, tb in e.worker_tracebacks:

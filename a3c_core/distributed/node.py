@@ -15,7 +15,7 @@ Optimizer statistics (``opt_state``):
   only params travel (one vector up, one down per round).  Each node's
   statistics estimate the moments of the same gradient distribution, so
   nothing is lost by not averaging them, and a round moves 1/3 of the bytes
-  of ``"global"`` with Adam (measured in ``bench/RAY.md``).
+  of ``"global"`` with Adam (measured: docs/ray.md).
 * ``"global"``: the statistics are synced too, averaged across nodes (each
   node's statistics delta is scaled by ``1 / n_nodes`` at the shard).
 
@@ -74,7 +74,7 @@ class NodeStore(ThreadStore):
         self.global_base = 0      # global steps at the driver's last poll
         self.local_base = 0       # local steps at that time
 
-    def _queue_episode(self, wid, ret, length, index, intrinsic=None, end=None):
+    def _queue_episode(self, wid, ret, length, index, end=None):
         with self._elock:
             self.episodes.append((int(wid), float(ret), int(length), end))
 
@@ -130,7 +130,8 @@ class Node:
         if setup["opt_state"] == "global":
             for name, clamp in stat_arrays(opt).items():
                 self.syncs[name] = NodeSync(getattr(opt, name), self.bounds, clamp_min=clamp)
-        warm_up_network(new_network(plan), plan.resolved.records_resets)
+        warm_up_network(new_network(plan), plan.resolved.records_resets,
+                        n_envs=plan.cfg.envs_per_worker)
         self.runtime_dir = tempfile.mkdtemp(prefix=f"a3c-node{self.index}-")
         self.stop_event = threading.Event()
         self.errors = []          # (kind, text): kind "worker" or "shard"

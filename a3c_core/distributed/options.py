@@ -21,8 +21,8 @@ class RayOptions:
     sync_every: int = 0
     #: sync after this many milliseconds (0 = only by updates).  On doom:basic with
     #: 2 nodes, 200 ms learned per step like one threaded process where 500 ms
-    #: did not (bench/RESULTS.md); a round costs a doom-lstm node ~13-19 ms of
-    #: CPU, so 200 ms is ~8 % of one core (bench/RAY.md)
+    #: did not; a round costs a doom-lstm node ~13-19 ms of CPU, so 200 ms is
+    #: ~8 % of one core (docs/ray.md)
     sync_ms: float = 200.0
     #: where the optimizer statistics live: "local" (per node) or "global" (averaged at the shards)
     opt_state: str = "local"

@@ -42,7 +42,7 @@ __all__ = ["Tuning", "Defaults", "EnvFamily", "FAMILIES", "UnknownEnvId", "famil
 class Tuning:
     """The optimizer's defaults for one network spec on a family's envs."""
 
-    adam_lr: float = 1e-4          #: Adam's learning rate (RMSProp and SGD keep their own)
+    adam_lr: float = 1e-4          #: Adam's learning rate (RMSProp keeps the A3C paper's)
     amsgrad: bool = False          #: Adam divides by the running max of its second moments
     lr_anneal: bool = False        #: Adam anneals over ``lr_anneal_steps``
 

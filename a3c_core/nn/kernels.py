@@ -15,7 +15,7 @@ layer bodies of the fused step (``_conv_act_s2d``, ``_conv_act_rows_nopad``,
 ``_dense_act_vec``, ``_lstm_cell_vec``, ``_heads_vec``, ``_gemv_add``) are
 plain kernels instead: each is compiled once, linked into its callers and
 inlined there by LLVM.  That halved the fused step's first compile with no
-change in its speed (bench/RESULTS.md, fifth session of 2026-11-25).
+change in its speed (2026-11-25; docs/results.md has the compile times).
 Activations of the blocked conv are applied in one pass after the dot
 products, not at each of the 8 unrolled stores (fewer copies of the ELU
 polynomial to compile; the same values).
@@ -278,7 +278,7 @@ def _gemv_t_add(w__oi, s__o, y__i):
 # every access, and LLVM only drops that check, and vectorizes the run, when
 # the index is a plain non-negative induction variable.  Measured on the
 # rollout's shapes (T=20): conv1's im2col 1.8x, conv2's 6.8x and conv2's
-# col2im 4.1x faster (bench/RESULTS.md, fifth session of 2026-11-25).
+# col2im 4.1x faster (2-core VM, 2026-11-25).
 @kernel
 def im2col_nhwc(x__nhwc, kh, kw, stride, pad, cols__pk):
     """x ``(N,H,W,C)`` -> cols ``(N*OH*OW, kh*kw*C)``, column order (i, j, c):
@@ -533,6 +533,49 @@ def lstm_seq_backward_reset(dhs__th, dhT__h, dcT__h, w_hh__gh, hs__th, cs__th, c
             dc[:] = 0
         else:
             _gemv_t_add(w_hh__gh, da__tg[t], dh)
+
+
+@kernel
+def lstm_rows_backward(dhs__rh, w_hh__gh, hs__rh, cs__rh, cprev__rh, reset__r, gates__rg,
+                       da__rg, dh__kh, dc__kh):
+    """BPTT over K sequences recorded time-major (the batched worker's
+    rollout): row ``r = t*K + k`` is step t of sequence k, K = ``dh.shape[0]``.
+    ``hs[r]``/``cprev[r]`` hold row r's input state, ``hs[r + K]``/``cs[r + K]``
+    its output; at a row with ``reset[r]`` nothing flows into row ``r - K``
+    (its input state was a reset, a constant).  ``dh``/``dc`` ``(K, H)`` carry
+    each sequence's gradient and end as those of the input states of rows
+    0..K-1.  With K = 1 this is :func:`lstm_seq_backward_reset`'s arithmetic
+    in the same order."""
+    t_len, g4 = da__rg.shape
+    hd = g4 // 4
+    n_seq = dh__kh.shape[0]
+    one = da__rg.dtype.type(1)
+    for j in range(n_seq):
+        for k in range(hd):
+            dh__kh[j, k] = 0
+            dc__kh[j, k] = 0
+    for r in range(t_len - 1, -1, -1):
+        j = r % n_seq
+        dh = dh__kh[j]
+        dc = dc__kh[j]
+        for k in range(hd):
+            dht = dhs__rh[r, k] + dh[k]
+            i = gates__rg[r, k]
+            f = gates__rg[r, hd + k]
+            g = gates__rg[r, 2 * hd + k]
+            o = gates__rg[r, 3 * hd + k]
+            tc = _tanh(cs__rh[r + n_seq, k])
+            dct = dc[k] + dht * o * (one - tc * tc)
+            da__rg[r, k] = dct * g * i * (one - i)
+            da__rg[r, hd + k] = dct * cprev__rh[r, k] * f * (one - f)
+            da__rg[r, 2 * hd + k] = dct * i * (one - g * g)
+            da__rg[r, 3 * hd + k] = dht * tc * o * (one - o)
+            dc[k] = dct * f
+        dh[:] = 0
+        if reset__r[r]:
+            dc[:] = 0
+        else:
+            _gemv_t_add(w_hh__gh, da__rg[r], dh)
 
 
 # ---------------------------------------------------------------------------
@@ -1136,10 +1179,10 @@ def _packed_ptr(typingctx, a, b, which, offset):
 # The views are built from a pointer with ``carray`` rather than by slicing and
 # a runtime-shaped ``reshape``, whose shape checks bring extra code into the
 # step kernel: the trainer's first-run compile is ~2 s shorter (21.3-21.6 s
-# against 23.6-23.7 s, bench/compile_time.py, interleaved).  There is no
-# bounds check: ``meta`` is written by the network from its own layout
-# (network.py, ``_pack_doom_static``), so the views are in bounds by
-# construction; the parity tests compare the packed and unpacked steps.
+# against 23.6-23.7 s, interleaved first runs; docs/results.md has the compile
+# times since).  There is no bounds check: ``meta`` is written by the network
+# from its own layout (network.py, ``_pack_doom_static``), so the views are in
+# bounds by construction; the parity tests compare the packed and unpacked steps.
 @kernel(inline="always")
 def _pv(params, scratch, meta, i):
     """Flat view of packed array ``i``."""
@@ -1411,9 +1454,12 @@ def dense_backward(fns, ints, dy__to, y__to, act, dz__to, db__o, x__ti, gw__oi, 
 @kernel
 def lstm_backward(fns, ints, dhs__th, zero__h, w_hh__gh, hs__th, cs__th, gates__tg, da__tg,
                   dh0__h, dc0__h, resets, reset__t, hin__th, cin__th, hprev__th, cprev__th,
-                  x__ti, w_ih__gi, gw_ih__gi, gw_hh__gh, gb_ih__g, gb_hh__g, want_dx, dx__ti):
+                  x__ti, w_ih__gi, gw_ih__gi, gw_hh__gh, gb_ih__g, gb_hh__g, want_dx, dx__ti,
+                  dseq_h__kh, dseq_c__kh):
     """``LSTM.backward``: BPTT over the recorded gates and cells (``resets``:
-    the rollout crosses an episode boundary, see ``lstm_seq_backward_reset``),
+    the rollout crosses an episode boundary, see ``lstm_seq_backward_reset``;
+    K = ``dseq_h.shape[0]`` > 1: K sequences time-major, see
+    ``lstm_rows_backward``, their carries in ``dseq_h``/``dseq_c``),
     then ``db_ih = db_hh = sum_t da``, ``dW_ih = da.T @ x``, ``dW_hh = da.T @
     h_prev`` and with ``want_dx`` ``dx = da @ W_ih``."""
     t_len, hd = hprev__th.shape
@@ -1432,8 +1478,12 @@ def lstm_backward(fns, ints, dhs__th, zero__h, w_hh__gh, hs__th, cs__th, gates__
         hprev, cprev = hs__th[:t_len], cs__th[:t_len]
     # without resets (no flag set, cprev = cs[:T]) this is lstm_seq_backward's
     # arithmetic in the same order: one BPTT kernel to compile, not two
-    lstm_seq_backward_reset(dhs__th, zero__h, zero__h, w_hh__gh, hs__th, cs__th, cprev,
-                            reset__t, gates__tg, da__tg, dh0__h, dc0__h)
+    if dseq_h__kh.shape[0] > 1:
+        lstm_rows_backward(dhs__th, w_hh__gh, hs__th, cs__th, cprev, reset__t, gates__tg,
+                           da__tg, dseq_h__kh, dseq_c__kh)
+    else:
+        lstm_seq_backward_reset(dhs__th, zero__h, zero__h, w_hh__gh, hs__th, cs__th, cprev,
+                                reset__t, gates__tg, da__tg, dh0__h, dc0__h)
     g4 = da__tg.shape[1]
     for r in range(g4):
         gb_ih__g[r] = da__tg[0, r]
@@ -1472,6 +1522,10 @@ def core_heads_rows(top__nh, use_lstm, b_ih__g, b_hh__g, c__nh, h_out__nh, c_out
                 f = _sigmoid(g[hd + k])
                 gg = _tanh(g[2 * hd + k])
                 o = _sigmoid(g[3 * hd + k])
+                g[k] = i
+                g[hd + k] = f
+                g[2 * hd + k] = gg
+                g[3 * hd + k] = o
                 c = f * c__nh[r, k] + i * gg
                 c_out__nh[r, k] = c
                 h_out__nh[r, k] = o * _tanh(c)

@@ -445,7 +445,10 @@ class LSTM:
                 "hin": np.zeros((t_cap, hd), dt), "cin": np.zeros((t_cap, hd), dt),
                 "reset": np.zeros(t_cap, np.bool_), "no_reset": np.zeros(t_cap, np.bool_),
                 "hprev": np.empty((t_cap, hd), dt),
-                "cprev": np.empty((t_cap, hd), dt), "tmp": np.empty((2, hd), dt)}
+                "cprev": np.empty((t_cap, hd), dt), "tmp": np.empty((2, hd), dt),
+                # the carried gradients of K sequences recorded time-major
+                # (Network.begin_batch_rollout sizes them for its K)
+                "dseq_h": np.zeros((1, hd), dt), "dseq_c": np.zeros((1, hd), dt)}
 
     def forward(self, ws, p, x, t_len, h0, c0):
         """x ``(T, n_in)``, state ``(H,)`` x2 -> hs ``(T, H)`` (rows 1..T of ``ws['hs']``)."""
@@ -459,16 +462,28 @@ class LSTM:
                            hs, cs, ws["gates"][:t_len])
         return hs[1:]
 
-    def backward(self, ws, p, g, x, dhs, t_len, dx, resets=False):
+    def backward(self, ws, p, g, x, dhs, t_len, dx, resets=False, n_seq=1):
         """BPTT; dh0/dc0 land in ``ws['dh0']``/``ws['dc0']``.  ``resets``: the
         recorded rollout has steps whose input state was reset (``ws['reset']``
         rows, input states in ``ws['hin']``/``ws['cin']``): no gradient flows
-        across them (see :func:`~a3c_core.nn.kernels.lstm_seq_backward_reset`)."""
+        across them (see :func:`~a3c_core.nn.kernels.lstm_seq_backward_reset`).
+        ``n_seq`` > 1: the rows are ``n_seq`` sequences time-major (row
+        ``t*n_seq + k``; :func:`~a3c_core.nn.kernels.lstm_rows_backward`)."""
         n = self.name
         da = ws["da"][:t_len]
-        hs = ws["hs"][:t_len + 1]
-        cs = ws["cs"][:t_len + 1]
-        if resets:
+        hs = ws["hs"][:t_len + n_seq]
+        cs = ws["cs"][:t_len + n_seq]
+        if n_seq > 1:
+            r = ws["reset"][:t_len]
+            hprev, cprev = ws["hprev"][:t_len], ws["cprev"][:t_len]
+            hprev[...] = hs[:t_len]
+            cprev[...] = cs[:t_len]
+            hprev[r] = ws["hin"][:t_len][r]
+            cprev[r] = ws["cin"][:t_len][r]
+            K.lstm_rows_backward(dhs, p[n + ".weight_hh"], hs, cs, cprev, r,
+                                 ws["gates"][:t_len], da, ws["dseq_h"][:n_seq],
+                                 ws["dseq_c"][:n_seq])
+        elif resets:
             r = ws["reset"][:t_len]
             hprev, cprev = ws["hprev"][:t_len], ws["cprev"][:t_len]
             hprev[...] = hs[:t_len]
@@ -489,27 +504,29 @@ class LSTM:
             return None
         return np.dot(da, p[n + ".weight_ih"], out=dx.reshape(t_len, self.n_in))
 
-    def backward_compiled(self, bl, ws, p, g, x, dhs, t_len, dx, resets=False):
+    def backward_compiled(self, bl, ws, p, g, x, dhs, t_len, dx, resets=False, n_seq=1):
         """:meth:`backward` in one nogil call (``kernels.lstm_backward``;
         bit-for-bit the same results), ``bl`` = ``blas.gemm_handle()``."""
-        (kern, args), = self.backward_calls(bl, ws, p, g, x, dhs, t_len, dx, resets)
+        (kern, args), = self.backward_calls(bl, ws, p, g, x, dhs, t_len, dx, resets, n_seq)
         kern(*args)
         return args[-1] if dx is not None else None
 
-    def backward_calls(self, bl, ws, p, g, x, dhs, t_len, dx, resets=False):
-        """The kernel call of :meth:`backward_compiled` (see ``Conv2d.backward_calls``)."""
+    def backward_calls(self, bl, ws, p, g, x, dhs, t_len, dx, resets=False, n_seq=1):
+        """The kernel call of :meth:`backward_compiled` (see ``Conv2d.backward_calls``;
+        ``n_seq``: see :meth:`backward`)."""
         fns, ints = bl
         n = self.name
         x2 = x.reshape(t_len, self.n_in)
         want_dx = dx is not None
         dx2 = dx.reshape(t_len, self.n_in) if want_dx else x2
+        resets = bool(resets) or n_seq > 1
         return [(K.lstm_backward, (
-            fns, ints, dhs, ws["zero"], p[n + ".weight_hh"], ws["hs"][:t_len + 1],
-            ws["cs"][:t_len + 1], ws["gates"][:t_len], ws["da"][:t_len], ws["dh0"], ws["dc0"],
-            bool(resets), (ws["reset"] if resets else ws["no_reset"])[:t_len],
+            fns, ints, dhs, ws["zero"], p[n + ".weight_hh"], ws["hs"][:t_len + n_seq],
+            ws["cs"][:t_len + n_seq], ws["gates"][:t_len], ws["da"][:t_len], ws["dh0"],
+            ws["dc0"], resets, (ws["reset"] if resets else ws["no_reset"])[:t_len],
             ws["hin"][:t_len], ws["cin"][:t_len], ws["hprev"][:t_len], ws["cprev"][:t_len], x2,
             p[n + ".weight_ih"], g[n + ".weight_ih"], g[n + ".weight_hh"], g[n + ".bias_ih"],
-            g[n + ".bias_hh"], want_dx, dx2))]
+            g[n + ".bias_hh"], want_dx, dx2, ws["dseq_h"][:n_seq], ws["dseq_c"][:n_seq]))]
 
     def step_args(self, p):
         n = self.name

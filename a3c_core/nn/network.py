@@ -243,6 +243,29 @@ def _fused_doom_step_fits(encoder):
             and c2.n_col >= K._SHORT_K and c1.act == c2.act == d.act)
 
 
+def _done_mask(done, n) -> np.ndarray:
+    """``done`` as a bool ``(n,)`` mask: bools, or integers that are all 0 or 1.
+    ValueError naming ``done`` for anything else: a float mask (``0.5`` is no
+    answer to "did the episode end?"), other integers, another shape."""
+    arr = np.asarray(done)
+    if arr.dtype != np.bool_:
+        if arr.dtype.kind not in "iu":
+            example = f" (e.g. {arr.ravel()[0]})" if arr.size else ""
+            raise ValueError(f"done must be booleans (or 0/1 integers), got dtype {arr.dtype}"
+                             + example
+                             + "; pass e.g. terminated | truncated")
+        bad = (arr != 0) & (arr != 1)
+        if bad.any():
+            i = int(np.flatnonzero(bad.ravel())[0])
+            raise ValueError(f"done must be booleans (or 0/1 integers), got {arr.ravel()[i]} "
+                             f"at index {i}")
+        arr = arr.astype(bool)
+    if arr.shape != (n,):
+        raise ValueError(f"done must be {n} booleans (one per observation), "
+                         f"got shape {arr.shape}")
+    return arr
+
+
 class Network:
     """An actor-critic network; see the module docstring.
 
@@ -272,8 +295,8 @@ class Network:
     #: kernel (``kernels.doom_act_packed``, see :meth:`actor`) too, writing
     #: one-step rows of their own.  A training worker records every step
     #: through its :class:`Actor`; with this set, a trainer's first run compiles
-    #: one step kernel instead of two (bench/compile_time.py).  Inference
-    #: (Policy) keeps the plain kernel, which copies nothing.
+    #: one step kernel instead of two (docs/results.md has the compile
+    #: times).  Inference (Policy) keeps the plain kernel, which copies nothing.
     single_step_kernel = False
 
     def __init__(self, name, obs_shape, n_actions, kwargs, dtype=np.float32, seed=0):
@@ -314,6 +337,7 @@ class Network:
         self._g = self.layout.views(self._grads)
         self._build_step()
         self._ws = None
+        self._ws_gen = 0
         self._ws_t = 0
         self._last_t = 0
         self._obs_rows = None     # (t_cap, *obs_shape): the recorded observations
@@ -321,6 +345,8 @@ class Network:
         self._rec_t = -1          # recorded rows (-1: no recording in progress)
         self._rec_resets = 0      # recorded steps that started a new segment (state reset)
         self._rec_state = None    # the state the last recorded step returned
+        self._n_seq = 1           # sequences of the recording, time-major (begin_batch_rollout)
+        self._tick = None         # record_tick's per-rollout views and scratch
         # (gemm addresses, ints): the backward runs one nogil call per layer
         self._bl = blas.gemm_handle()
         self._bw_calls = {}       # (T, resets) -> the backward-only update's plan (_rollout_plan)
@@ -549,6 +575,8 @@ class Network:
         if hs != want or cs != want:
             raise ValueError(f"the state does not match the batch: h {hs} and c {cs}, expected "
                              f"{want} ({n} observations, LSTM size {self.lstm_size})")
+        if done is not None:
+            done = _done_mask(done, n)
         dt = self._dtype
         copy = done is not None and bool(np.any(done))
         h = np.array(h, dtype=dt, order="C", copy=copy or None)
@@ -564,7 +592,8 @@ class Network:
 
         ``state`` is ``(h, c)`` of ``(N, H)`` rows (None: zeros; None always
         for feed-forward specs); ``done`` an optional bool ``(N,)`` mask of
-        rows whose state is reset to zeros first (a new episode).  The input
+        rows whose state is reset to zeros first (a new episode); 0/1
+        integers are taken too, anything else (a float mask) is a ValueError.  The input
         state is never modified; ``new_state`` is new arrays.  Row ``i``
         equals ``step(obs[i], (h[i], c[i]))`` to float32 rounding.  Raises
         ValueError for a wrong shape, a state that does not match the batch,
@@ -581,10 +610,7 @@ class Network:
         if not (obs.dtype == dt and obs.flags.c_contiguous):
             obs = np.ascontiguousarray(obs, dtype=dt)
         if done is not None:
-            done = np.asarray(done, dtype=bool)
-            if done.shape != (n,):
-                raise ValueError(f"done must be {n} booleans (one per observation), "
-                                 f"got shape {done.shape}")
+            done = _done_mask(done, n)
         if not K.all_finite(obs):
             bad = int(np.flatnonzero(~np.isfinite(obs.reshape(n, -1)).all(axis=1))[0])
             raise ValueError(f"observation row {bad} contains NaN or inf; refusing to step "
@@ -719,6 +745,9 @@ class Network:
         if not self.recurrent or t < 1:
             return None
         cws = self._ws[len(self.encoder)]
+        if self._n_seq > 1:         # (K, H): each sequence's last output
+            k = self._n_seq
+            return cws["hs"][t:t + k].copy(), cws["cs"][t:t + k].copy()
         return cws["hs"][t].copy(), cws["cs"][t].copy()
 
     def _keep_row_state(self, t):
@@ -750,6 +779,7 @@ class Network:
         t_cap = max(t_len, 20)
         dt = self._dtype
         self._ws = [layer.workspace(t_cap, dt) for layer in self.layers]
+        self._ws_gen += 1                # record_tick's views of the old rows are stale
         self._bw_calls = {}             # their arguments were views of the old rows
         self._ws_t = t_cap
         self._rec_t = -1                # a recording does not survive a regrow
@@ -779,11 +809,177 @@ class Network:
         if t_cap < 1:
             raise ValueError(f"begin_rollout: t_cap must be >= 1, got {t_cap}")
         self._workspace(t_cap)
+        self._n_seq = 1
         self._rec_t = 0
         if self._rec_resets:
             self._ws[len(self.encoder)]["reset"][:] = False
         self._rec_resets = 0
         self._rec_state = None
+
+    def begin_batch_rollout(self, t_max, n_seq) -> None:
+        """Start recording a rollout of ``n_seq`` (K) sequences in lockstep,
+        at most ``t_max`` ticks: tick t's K rows are rows ``t*K .. t*K+K-1``
+        (time-major), each written by one :meth:`record_tick` over the K
+        rows, and :meth:`rollout_grad` then runs one backward over all
+        ``T*K`` rows, BPTT per sequence (the batched worker).  The inputs
+        of tick t go into :meth:`tick_inputs` ``(t)`` before the call.  The
+        rollout acts with fixed parameters, as :meth:`begin_rollout`'s."""
+        t_max, k = int(t_max), int(n_seq)
+        if t_max < 1 or k < 1:
+            raise ValueError(f"begin_batch_rollout: t_max and n_seq must be >= 1, got "
+                             f"{t_max} and {k}")
+        # hs/cs hold K input rows before the first tick's outputs
+        self._workspace(t_max * k + k - 1)
+        self._rec_t = 0
+        self._n_seq = k
+        if self._rec_resets:
+            self._ws[len(self.encoder)]["reset"][:] = False
+        self._rec_resets = 0
+        self._rec_state = None
+        tick = self._tick
+        if tick is None or tick["ws_gen"] != self._ws_gen or tick["k"] != k:
+            tick = self._tick = self._tick_setup(k)
+        for layer, w in zip(self.encoder, tick["w_direct"]):     # this rollout's weights
+            layer.direct_weight(self._p, w)
+
+    def _tick_setup(self, k):
+        """:meth:`record_tick`'s scratch for K rows per tick: the direct convs'
+        weights, the LSTM's carried-gradient rows, the gate-sum scratch."""
+        from a3c_core.nn.batch import DIRECT_CONV
+        dt = self._dtype
+        convs = [L for L in self.encoder if L.kind == "conv"]
+        direct = bool(convs) and DIRECT_CONV and all(L.direct_ok(dt) for L in convs)
+        tick = {"ws_gen": self._ws_gen, "k": k, "n_conv": len(convs),
+                "w_direct": [L.direct_weight(self._p) for L in convs] if direct else [],
+                "probs": np.empty((k, self.n_actions), dt), "values": np.empty(k, dt),
+                "views": {}}
+        if self.recurrent:
+            cws = self._ws[len(self.encoder)]
+            hd = self.lstm_size
+            cws["dseq_h"] = np.zeros((k, hd), dt)
+            cws["dseq_c"] = np.zeros((k, hd), dt)
+            tick["tmp"] = np.empty((k, 4 * hd), dt)
+            tick["h_in"] = np.empty((k, hd), dt)
+            tick["c_in"] = np.empty((k, hd), dt)
+        return tick
+
+    def _tick_ws(self, i, layer, row):
+        """Layer ``i``'s workspace as views that start at rollout row ``row``
+        (its per-row arrays offset, its per-layer ones as they are)."""
+        key = (i, row)
+        views = self._tick["views"]
+        v = views.get(key)
+        if v is None:
+            lws = self._ws[i]
+            per_pix = {"cols", "z", "dz"} | (set() if getattr(layer, "flatten_out", True)
+                                              else {"dy"})
+            v = {}
+            for name, arr in lws.items():
+                if name in ("gw", "w_ijc"):
+                    v[name] = arr
+                elif name in per_pix and layer.kind == "conv":
+                    v[name] = arr[row * layer.n_pix:]
+                else:
+                    v[name] = arr[row:]
+            views[key] = v
+        return v
+
+    def tick_inputs(self, t):
+        """The ``(K, *obs_shape)`` input rows of tick ``t`` of the batched
+        recording (write the K preprocessed observations here, then call
+        :meth:`record_tick`)."""
+        k = self._n_seq
+        return self._obs_rows[t * k:(t + 1) * k]
+
+    def record_tick(self, t, state=None, reset=None):
+        """One forward over tick ``t``'s K rows (:meth:`tick_inputs`),
+        recorded for the backward: returns ``(probs (K, A), values (K,))``
+        (scratch views, valid until the next tick).
+
+        ``state``: the K input states ``(h, c)`` ``(K, H)`` at ``t == 0``
+        (ignored after; rows of sequences that start an episode must be
+        zeros).  ``reset``: at ``t > 0``, a bool ``(K,)`` mask of rows that
+        start a new episode: their input state is zeros and no gradient
+        flows into the sequence's earlier rows.  Raises ValueError for a
+        non-finite observation row (naming it) before anything is computed.
+        The rows equal :meth:`step_batch`'s to float32 rounding."""
+        k = self._n_seq
+        r0 = t * k
+        if t < 0 or r0 != self._rec_t or r0 + k > self._ws_t:
+            raise RuntimeError(f"record_tick: tick {t} is not the next one of the batched "
+                               f"recording ({self._rec_t} rows recorded, K = {k}); call "
+                               "begin_batch_rollout() first")
+        x = self._obs_rows[r0:r0 + k]
+        if not K.all_finite(x):
+            bad = int(np.flatnonzero(~np.isfinite(x.reshape(k, -1)).all(axis=1))[0])
+            raise ValueError(f"observation row {bad} contains NaN or inf; refusing to step "
+                             f"the network (it would poison that agent's LSTM state)")
+        tick, p = self._tick, self._p
+        nc = tick["n_conv"]
+        w_direct = tick["w_direct"]
+        if nc:
+            from a3c_core.nn.batch import CONV_CHUNK
+            for s in range(0, k, CONV_CHUNK):
+                e = min(k, s + CONV_CHUNK)
+                y = x[s:e]
+                for i in range(nc):
+                    layer = self.encoder[i]
+                    lws = self._tick_ws(i, layer, r0 + s)
+                    if w_direct:
+                        y = layer.forward_direct(lws, p, y, e - s, w_direct[i])
+                    else:
+                        y = layer.forward(lws, p, y, e - s)
+            x = self.encoder[nc - 1].out_rows(self._tick_ws(nc - 1, self.encoder[nc - 1], r0), k)
+        for i in range(nc, len(self.encoder)):
+            layer = self.encoder[i]
+            x = layer.forward(self._tick_ws(i, layer, r0), p, x, k)
+        x = x.reshape(k, self.n_features)
+        probs, values = tick["probs"], tick["values"]
+        heads = self.heads.step_args(p)
+        if not self.recurrent:
+            K.core_heads_rows(x, False, heads[1], heads[1], x, x, x, *heads, probs, values)
+            self._rec_t = r0 + k
+            return probs, values
+        cws = self._ws[len(self.encoder)]
+        hs, cs = cws["hs"], cws["cs"]
+        if t == 0:
+            if state is None:
+                hs[:k] = 0
+                cs[:k] = 0
+            else:
+                h, c = state
+                if np.shape(h) != (k, self.lstm_size) or np.shape(c) != (k, self.lstm_size):
+                    raise ValueError(f"record_tick: the state must be two ({k}, "
+                                     f"{self.lstm_size}) arrays, got {np.shape(h)} and "
+                                     f"{np.shape(c)}")
+                hs[:k] = h
+                cs[:k] = c
+            h_in, c_in = hs[:k], cs[:k]
+        else:
+            h_in, c_in = hs[r0:r0 + k], cs[r0:r0 + k]
+            if reset is not None and reset.any():
+                # the rows' input state is zeros (hin/cin); hs/cs keep the
+                # previous tick's outputs, which its backward reads
+                hi, ci = tick["h_in"], tick["c_in"]
+                hi[...] = h_in
+                ci[...] = c_in
+                hi[reset] = 0
+                ci[reset] = 0
+                h_in, c_in = hi, ci
+                cws["reset"][r0:r0 + k] = reset
+                cws["hin"][r0:r0 + k] = hi
+                cws["cin"][r0:r0 + k] = ci
+                self._rec_resets += int(np.count_nonzero(reset))
+        w_ih, w_hh, b_ih, b_hh = self.core.step_args(p)
+        gates = cws["gates"][r0:r0 + k]
+        np.dot(x, w_ih.T, out=gates)
+        tmp = tick["tmp"]
+        np.dot(h_in, w_hh.T, out=tmp)
+        gates += tmp
+        K.core_heads_rows(gates, True, b_ih, b_hh, c_in, hs[r0 + k:r0 + 2 * k],
+                          cs[r0 + k:r0 + 2 * k], *heads, probs, values)
+        self._rec_t = r0 + k
+        return probs, values
 
     @property
     def recorded_steps(self) -> int:
@@ -821,6 +1017,7 @@ class Network:
         self._forward_encoder_core(x, h0, c0, t_len)
         self._obs_rows[:t_len] = x
         self._rec_t = t_len
+        self._n_seq = 1
         if self._rec_resets:
             self._ws[len(self.encoder)]["reset"][:] = False
         self._rec_resets = 0
@@ -846,6 +1043,7 @@ class Network:
                 arr[...] = 0
         self._obs_rows[...] = 0
         self._rec_t = int(t_len)
+        self._n_seq = 1
 
     def rollout_grad(self, actions, returns, advantages, *, value_coef=0.5,
                      entropy_beta=0.01) -> dict:
@@ -872,7 +1070,7 @@ class Network:
             # buffers: the heads' arguments and the backward's calls are built
             # once per (T, resets) and replayed (the Python that builds them
             # runs with the GIL held, on caches the kernels have just evicted)
-            key = (t_len, self._rec_resets > 0)
+            key = (t_len, self._rec_resets > 0, self._n_seq)
             plan = self._bw_calls.get(key)
             if plan is None:
                 plan = self._bw_calls[key] = self._rollout_plan(t_len, key[1])
@@ -899,7 +1097,8 @@ class Network:
             if prepare:
                 layer.prepare_backward(lws, p, x, t_len)
             x = layer.out_rows(lws, t_len)
-        top = ws[len(self.encoder)]["hs"][1:t_len + 1] if self.recurrent else x
+        k = self._n_seq
+        top = ws[len(self.encoder)]["hs"][k:t_len + k] if self.recurrent else x
         return inputs, x, top
 
     def _rollout_plan(self, t_len, resets):
@@ -972,7 +1171,7 @@ class Network:
         dy = ws[-1]["dtop"][:t_len]
         if self.recurrent:
             dx = self.encoder[-1].dy_rows(ws[n_enc - 1], t_len)
-            dy = self.core.backward(ws[n_enc], p, g, feat, dy, t_len, dx, resets)
+            dy = self.core.backward(ws[n_enc], p, g, feat, dy, t_len, dx, resets, self._n_seq)
         for i in range(n_enc - 1, -1, -1):
             dx = self.encoder[i - 1].dy_rows(ws[i - 1], t_len) if i > 0 else None
             dy = self.encoder[i].backward(ws[i], p, g, inputs[i], dy, t_len, dx)
@@ -987,7 +1186,8 @@ class Network:
         dy = ws[-1]["dtop"][:t_len]
         if self.recurrent:
             dx = self.encoder[-1].dy_rows(ws[n_enc - 1], t_len)
-            calls += self.core.backward_calls(bl, ws[n_enc], p, g, feat, dy, t_len, dx, resets)
+            calls += self.core.backward_calls(bl, ws[n_enc], p, g, feat, dy, t_len, dx, resets,
+                                              self._n_seq)
             dy = dx.reshape(t_len, self.core.n_in)
         for i in range(n_enc - 1, -1, -1):
             layer = self.encoder[i]
@@ -1008,6 +1208,7 @@ class Network:
             h0, c0 = self._state_arrays(state)
         self._workspace(t_len)
         self._rec_t = -1                # the rows are about to be overwritten
+        self._n_seq = 1
         self._last_t = t_len
         x = np.ascontiguousarray(obs, dtype=self._dtype)
         inputs, feat, top = self._forward_encoder_core(x, h0, c0, t_len)

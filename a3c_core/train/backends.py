@@ -17,7 +17,7 @@ import traceback
 
 import numpy as np
 
-from a3c_core.train.worker import ExploreStats, LossStats
+from a3c_core.train.worker import LossStats
 
 __all__ = ["Backend", "ThreadBackend", "TrainingError"]
 
@@ -51,8 +51,6 @@ class Backend:
     live_optimizer = True
     #: seconds between the trainer's monitor ticks
     tick_seconds = 0.2
-    #: its workers can run an exploration bonus (config ``exploration``)
-    explores = False
 
     def __init__(self, why: str = ""):
         self.why = why          #: why this backend was chosen (the run line)
@@ -147,18 +145,11 @@ class Backend:
         arrs = [w.stats.as_array() for w in self.workers if w is not None]
         return np.sum(arrs, axis=0) if arrs else np.zeros(len(LossStats.FIELDS))
 
-    def explore_totals(self) -> np.ndarray:
-        """Sum of every worker's :class:`~a3c_core.train.worker.ExploreStats`."""
-        arrs = [w.explore_stats.as_array() for w in self.workers
-                if w is not None and w.explore_stats is not None]
-        return np.sum(arrs, axis=0) if arrs else np.zeros(len(ExploreStats.FIELDS))
-
 
 class ThreadBackend(Backend):
     """Workers as threads of this process, Hogwild on the trainer's shared arrays."""
 
     name = "worker threads"
-    explores = True
 
     def start(self):
         t = self.trainer

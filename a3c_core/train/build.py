@@ -23,14 +23,12 @@ from a3c_core.checkpoint import CheckpointError, check_layout, layout_of
 from a3c_core.core import SharedState, make_optimizer
 from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer
 from a3c_core.nn.network import build_network
-from a3c_core.nn.rnd import RNDShared
-from a3c_core.nn.rnd import build_layers as rnd_layers
 from a3c_core.obs import ObsPipeline, estimate_image_norm
 from a3c_core.train.config import Config, ConfigError, Resolved, resolve
 from a3c_core.train.worker import RolloutSettings
 
-__all__ = ["RunPlan", "RunParts", "plan_run", "build_parts", "build_run", "worker_offset",
-           "new_network", "new_explore"]
+__all__ = ["RunPlan", "RunParts", "plan_run", "build_parts", "restore_checkpoint",
+           "worker_offset", "new_network"]
 
 
 @dataclass
@@ -50,7 +48,6 @@ class RunPlan:
     settings: RolloutSettings
     norm_seconds: float | None = None   #: how long measuring the image normalization took
     notes: list = field(default_factory=list)   #: what the resume kept ("lr 1e-4 as trained")
-    explore_restore: bool = False   #: resuming restores the checkpoint's RND state
 
 
 @dataclass
@@ -61,8 +58,6 @@ class RunParts:
     shared: SharedState
     normalizer: ReturnNormalizer | None
     adv_normalizer: AdvantageNormalizer | None
-    #: exploration "rnd": the RND target, predictor (+ optimizer) and intrinsic statistics
-    explore: RNDShared | None = None
 
     def normalizers(self) -> dict:
         """The running statistics by checkpoint meta key (those the run has)."""
@@ -91,9 +86,7 @@ def _opt_kwargs(cfg: Config, r: Resolved, lr: float) -> dict:
     anneal = dict(anneal_steps=r.anneal_steps, anneal_floor=cfg.lr_anneal_floor)
     if cfg.optimizer == "rmsprop":
         return dict(lr=lr, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps, **anneal)
-    if cfg.optimizer == "adam":
-        return dict(lr=lr, amsgrad=r.amsgrad, **anneal)
-    return dict(lr=lr)
+    return dict(lr=lr, amsgrad=r.amsgrad, **anneal)         # adam
 
 
 def _settings(cfg: Config, r: Resolved) -> RolloutSettings:
@@ -101,10 +94,8 @@ def _settings(cfg: Config, r: Resolved) -> RolloutSettings:
         t_max=cfg.t_max, gamma=cfg.gamma, gae_lambda=r.gae_lambda, value_coef=cfg.value_coef,
         entropy_beta=r.entropy_beta, max_grad_norm=cfg.max_grad_norm,
         reward_scale=r.reward_scale, reward_clip=r.reward_clip,
-        bootstrap_truncated=r.truncation_bootstrap,
-        normalize_advantages=r.normalize_advantages,
-        min_steps=r.min_rollout, merge_below=r.merge_below,
-        exploration=cfg.exploration, exploration_scale=cfg.exploration_scale,
+        truncation_bootstrap=r.truncation_bootstrap,
+        normalize_advantages=r.normalize_advantages, merge_below=r.merge_below,
         self_imitation=r.self_imitation)
 
 
@@ -199,21 +190,6 @@ def plan_run(cfg: Config, env, ckpt=None) -> RunPlan:
         raise ConfigError(f"config field '{name}' = {getattr(cfg, name)!r}: {e}") from None
     if ckpt is not None:
         check_layout(ckpt, net)
-    explore_restore = False
-    if cfg.exploration == "rnd":
-        try:
-            rnd_layers(pipe.net_obs_shape)        # the input fits RND's networks?
-        except ValueError as e:
-            raise ConfigError(f"config field 'exploration' = 'rnd': {e}") from None
-        if ckpt is not None:
-            why = RNDShared.unusable(ckpt.meta.get("exploration"), pipe.net_obs_shape,
-                                     cfg.optimizer)
-            explore_restore = why is None
-            if why is not None:
-                notes.append(f"RND predictor and target initialized anew ({why})")
-    elif ckpt is not None and isinstance(ckpt.meta.get("exploration"), dict):
-        notes.append("exploration bonus off (--exploration none); the checkpoint's RND "
-                     "predictor is not used")
     # a resumed run keeps the learning rate it trained with unless the config
     # names one (lr 0 = the default, which a newer version may have changed)
     lr = r.lr
@@ -237,7 +213,7 @@ def plan_run(cfg: Config, env, ckpt=None) -> RunPlan:
         pipeline_spec=pipeline_spec, net_spec=net.spec, layout=layout_of(net),
         env_spec=dict(env.spec(), preprocess=dict(pipeline_spec)), n_actions=int(env.n_actions),
         opt_kwargs=_opt_kwargs(cfg, r, lr), settings=_settings(cfg, r),
-        norm_seconds=norm_seconds, notes=notes, explore_restore=explore_restore)
+        norm_seconds=norm_seconds, notes=notes)
 
 
 def new_network(plan: RunPlan):
@@ -245,15 +221,6 @@ def new_network(plan: RunPlan):
     ns = plan.net_spec
     return build_network(plan.spec_name, tuple(ns["obs_shape"]), ns["n_actions"],
                          seed=plan.cfg.seed, **plan.net_kwargs)
-
-
-def new_explore(cfg: Config, obs_shape, opt_kwargs) -> RNDShared:
-    """The run's shared RND state (seeded from ``cfg.seed``).  Its predictor's
-    optimizer is the policy's kind with the policy's arguments, less the
-    learning-rate anneal: the predictor must keep learning for its error to
-    stay a measure of novelty (the RND paper's rate is constant)."""
-    kw = {k: v for k, v in opt_kwargs.items() if k not in ("anneal_steps", "anneal_floor")}
-    return RNDShared(obs_shape, cfg.seed, cfg.optimizer, kw)
 
 
 def build_parts(plan: RunPlan, restore: dict | None = None) -> RunParts:
@@ -272,8 +239,6 @@ def build_parts(plan: RunPlan, restore: dict | None = None) -> RunParts:
                     else ReturnNormalizer(cfg.gamma)),
         adv_normalizer=(AdvantageNormalizer(horizon=cfg.advantage_horizon or None)
                         if plan.resolved.normalize_advantages else None))
-    if cfg.exploration == "rnd":
-        parts.explore = new_explore(cfg, net.obs_shape, plan.opt_kwargs)
     for key, norm in parts.normalizers().items():
         state = (restore.get("normalizers") or {}).get(key)
         if state is not None:
@@ -298,8 +263,7 @@ def restore_checkpoint(parts: RunParts, ckpt) -> None:
     owned = set(getattr(opt, "_hyper", ())) | {"anneal_steps"}
     opt_state = {k: v for k, v in ckpt.meta.get("optimizer_scalars", {}).items()
                  if k not in owned}
-    policy_arrays, rnd_arrays = RNDShared.split_arrays(ckpt.opt_arrays)
-    opt_state.update(policy_arrays)
+    opt_state.update(ckpt.opt_arrays)
     counters = ckpt.meta.get("counters", {})
     try:
         parts.shared.load_state_dict({
@@ -310,18 +274,8 @@ def restore_checkpoint(parts: RunParts, ckpt) -> None:
         for key, norm in parts.normalizers().items():
             if ckpt.meta.get(key) is not None:
                 norm.load_state_dict(ckpt.meta[key])
-        if parts.explore is not None and parts.plan.explore_restore:
-            parts.explore.load(ckpt.meta["exploration"], rnd_arrays)
     except (ValueError, TypeError) as e:
         raise CheckpointError(f"checkpoint {ckpt.path} cannot be resumed: {e}") from None
-
-
-def build_run(cfg: Config, env, ckpt=None) -> RunParts:
-    """:func:`plan_run`, :func:`build_parts` and, resuming, the checkpoint's state."""
-    parts = build_parts(plan_run(cfg, env, ckpt))
-    if ckpt is not None:
-        restore_checkpoint(parts, ckpt)
-    return parts
 
 
 def worker_offset(wid: int, n_workers: int, n_params: int) -> int:

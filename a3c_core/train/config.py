@@ -39,11 +39,45 @@ REMOVED_FIELDS = {
     "adam_clip_relative": "Adam's relative clip did not stop doom:basic's collapses (1 of 3 seeds)",
     "advantage_scale_max": "the cap on the advantage multiplier did not stop doom:basic's "
                            "collapses (1 of 3 seeds)",
-    "cross_episode": "it was min_rollout = t_max; set min_rollout",
+    "cross_episode": "rollouts of t_max steps across episodes needed 1.4x the agent steps to "
+                     "learn doom:basic; merge_below merges short episodes",
     "adam_beta1": "Adam keeps its defaults (0.9, 0.999, 1e-8); no run measured a change",
     "adam_beta2": "Adam keeps its defaults (0.9, 0.999, 1e-8); no run measured a change",
     "adam_eps": "Adam keeps its defaults (0.9, 0.999, 1e-8); no run measured a change",
+    "min_rollout": "fixed values needed more agent steps to learn doom:basic (10 reached 75 "
+                   "within 300k steps on 1 of 3 seeds, the paper's rollouts on 3 of 3); "
+                   "merge_below merges short episodes",
+    "exploration": "the RND bonus cost 1.23x the learner's time per agent step and helped in no "
+                   "measured case (doom:my_way_home: first on one seed, last on the other)",
+    "exploration_scale": "the weight of the removed RND bonus (exploration)",
 }
+
+#: optimizers earlier versions had, and why each went: a saved run that trained
+#: with one cannot resume (its optimizer state has no counterpart)
+REMOVED_OPTIMIZERS = {
+    "sgd": "no run measured a use for plain SGD",
+}
+
+#: what a run saved before a field existed trained with, by field: a saved
+#: config (``Config.from_dict(saved_run=True)``, what ``--resume`` reads) that
+#: lacks the field gets this value instead of today's default, so the run
+#: resumes as it trained.  A callable gets the saved config and returns the
+#: value, or None to leave the default.
+SAVED_RUN_DEFAULTS = {
+    "merge_below": 0.0,             # rollouts ended with their episode (the A3C paper's)
+    "obs_norm": False,              # raw frames
+    "self_imitation": False,        # no replays
+    # Doom: one action per button of the scenario's cfg; the whole frame
+    "action_set": lambda d: "buttons" if _saved_doom(d) else None,
+    "view": lambda d: "full" if _saved_doom(d) else None,
+    # lr_anneal on (the two fields came together): to 0 over total_steps
+    "lr_anneal_steps": lambda d: 0 if d.get("lr_anneal") is True else None,
+    "lr_anneal_floor": lambda d: 0.0 if d.get("lr_anneal") is True else None,
+}
+
+
+def _saved_doom(d) -> bool:
+    return str(d.get("env", "doom:basic")).startswith("doom:")
 
 
 def removed_flag(argv) -> str | None:
@@ -70,7 +104,6 @@ _RANGES = {
     "workers": (0, 256),
     "envs_per_worker": (1, 64),
     "t_max": (1, 10_000),
-    "min_rollout": (0, 10_000),
     "merge_below": (0.0, 1e9),
     "obs_norm_frames": (1, 1_000_000),
     "lstm_size": (1, 8192),
@@ -94,16 +127,12 @@ _RANGES = {
     "max_skipped_updates": (0, 10**9),
     "repeat_action_probability": (0.0, 1.0),
     "advantage_horizon": (0.0, 1e12),
-    "exploration_scale": (0.0, 1000.0),
     "health_reward": (0.0, 1000.0),
     "ammo_reward": (0.0, 1000.0),
 }
 
 #: the Doom adapter's options (fields other families reject)
 DOOM_ONLY = ("health_reward", "ammo_reward", "action_set", "view")
-
-#: the exploration bonuses ``exploration`` names (a3c_core.nn.rnd: rnd)
-EXPLORATIONS = ("none", "rnd")
 
 
 @dataclass
@@ -122,7 +151,7 @@ class Config:
     gamma: float = _f(0.99, "discount factor, in [0, 1]")
     gae_lambda: Optional[float] = _f(None, "GAE lambda, in [0, 1] (default: the family's, 1.0 = n-step returns as in the A3C paper; 0.95 on doom:defend_the_line)")
     truncation_bootstrap: Optional[bool] = _f(None, "bootstrap from V(s_T) when a time limit cuts an episode (default: the env family's; off for doom)")
-    optimizer: str = _f("adam", "shared optimizer: adam (shared moments), rmsprop (the A3C paper's, shared statistics) or sgd")
+    optimizer: str = _f("adam", "shared optimizer: adam (shared moments) or rmsprop (the A3C paper's, shared statistics)")
     lr: float = _f(0.0, "learning rate, in [0, 1] (0 = the family's default for the optimizer and network; a resumed run keeps its own)")
     lr_anneal: Optional[bool] = _f(None, "anneal lr linearly to lr x lr_anneal_floor over lr_anneal_steps, then hold (default: the family's; on for doom-lstm, off on doom:defend_the_line and doom:my_way_home)")
     lr_anneal_steps: int = _f(1_000_000, "agent steps the anneal lasts, whatever the run's budget (0 = total_steps)")
@@ -136,10 +165,7 @@ class Config:
     reward_scale: Optional[float] = _f(None, "multiply rewards by this fixed factor; 0 = divide them by the running std of the discounted return (default: 0; 1 on doom:my_way_home)")
     normalize_advantages: Optional[bool] = _f(None, "divide advantages by their running RMS (default: the family's; off for Atari and doom:my_way_home)")
     advantage_horizon: float = _f(20_000.0, "samples the advantages' running RMS averages over (0 = the whole run)")
-    min_rollout: int = _f(0, "a rollout ending with its episode before this many steps runs on into the next (t_max = every rollout t_max steps)")
-    merge_below: float = _f(8.0, "with min_rollout 0: a worker whose episodes average fewer steps than this runs rollouts across episodes (0 = off)")
-    exploration: str = _f("none", "exploration bonus: none, or rnd (Random Network Distillation: an intrinsic reward for frames the agents have seen rarely, added to the learning reward; image observations only)")
-    exploration_scale: float = _f(0.5, "weight of the exploration bonus (normalized by the moving RMS of the intrinsic return) against the normalized extrinsic reward, in (0, 1000]")
+    merge_below: float = _f(8.0, "a worker whose last 1,000 episodes average fewer steps than this lets a rollout run on into the next episode until it holds t_max / 2 steps (0 = off: every rollout ends with its episode, as in the A3C paper)")
     self_imitation: Optional[bool] = _f(None, "self-imitation learning (Oh et al. 2018): each worker keeps its best whole episodes and replays them, learning from the steps whose return beat the value (default: the scenario's; on for doom:deadly_corridor, else off)")
     obs_norm: Optional[bool] = _f(None, "normalize image frames by a mean frame and std measured on random play (default: the family's; on for doom and Atari)")
     obs_norm_frames: int = _f(2000, "frames of random play obs_norm measures on")
@@ -147,7 +173,7 @@ class Config:
     total_steps: int = _f(300_000, "stop after this many agent steps (0 = no limit)")
     total_seconds: float = _f(0.0, "stop after this many seconds of training (0 = no limit)")
     target_reward: Optional[float] = _f(None, "stop once the reward_window-episode average of raw rewards "
-                                              "reaches this (summary.json: target_reached)")
+                                              "reaches this (summary.json: target_reached); default: no target")
     reward_window: int = _f(100, "episodes in the short moving average of raw rewards; the long one spans 10x as many")
     seed: int = _f(0, "random seed: worker i's env and sampling are seeded from (seed, i, resume count)")
     frame_skip: Optional[int] = _f(None, "frames per action, 1-64 (default: the family's; 4 for doom and Atari, 1 otherwise)")
@@ -247,21 +273,19 @@ class Config:
             bad("advantage_horizon", "must be 0 (the whole run) or >= 1 sample")
         if self.gae_lambda is not None and not 0.0 <= self.gae_lambda <= 1.0:
             bad("gae_lambda", "must be in [0, 1]")
+        if self.optimizer in REMOVED_OPTIMIZERS:
+            bad("optimizer", f"this optimizer was removed ({REMOVED_OPTIMIZERS[self.optimizer]}); "
+                f"choose one of {', '.join(OPTIMIZERS)} (a run that trained with it cannot "
+                "resume: start a new one)")
         if self.optimizer not in OPTIMIZERS:
             bad("optimizer", f"unknown optimizer; choose one of {', '.join(OPTIMIZERS)}")
         if not 0.0 <= self.rmsprop_alpha < 1.0:
             bad("rmsprop_alpha", "must be in [0, 1)")
         if self.rmsprop_eps <= 0:
             bad("rmsprop_eps", "must be > 0")
-        if self.min_rollout > self.t_max:
-            bad("min_rollout", f"must be <= t_max ({self.t_max}): a rollout has at most t_max steps")
         if self.lr_anneal and self.lr_anneal_steps == 0 and self.total_steps == 0:
             bad("lr_anneal", "with lr_anneal_steps 0 anneals over total_steps, which is 0 "
                 "(no limit): set --lr-anneal-steps or --total-steps")
-        if self.exploration not in EXPLORATIONS:
-            bad("exploration", f"unknown exploration bonus; choose one of {', '.join(EXPLORATIONS)}")
-        if not self.exploration_scale > 0:
-            bad("exploration_scale", "must be > 0")
         if self.action_set is not None and self.action_set not in ACTION_SETS:
             bad("action_set", f"choose one of {', '.join(ACTION_SETS)}")
         if self.view is not None and self.view not in VIEWS:
@@ -297,29 +321,17 @@ class Config:
         """A validated config from ``d``.  A field in :data:`REMOVED_FIELDS` is a
         :class:`ConfigError` naming it, unless ``saved_run`` (``d`` is the
         config a run saved, read by ``--resume``): then it is dropped and its
-        name appended to ``ignored``.  A run saved before ``lr_anneal_steps``
-        existed, with ``lr_anneal`` on, keeps the schedule it trained with (to
-        0 over ``total_steps``), one saved before ``merge_below`` existed the
-        paper's rollouts, one before ``obs_norm`` its unnormalized frames, one
-        before ``self_imitation`` no replays, and one with ``cross_episode``
-        on its rollouts of t_max steps."""
+        name appended to ``ignored``, and a field the saved config lacks
+        takes the value the run trained with (:data:`SAVED_RUN_DEFAULTS`)."""
         known = {f.name: f for f in fields(cls)}
         d = {k.replace("-", "_"): v for k, v in d.items()}
         if saved_run:
-            if d.get("lr_anneal") is True and "lr_anneal_steps" not in d:
-                d.update(lr_anneal_steps=0, lr_anneal_floor=0.0)
-            if "merge_below" not in d:      # saved before the switch existed
-                d["merge_below"] = 0.0
-            if "obs_norm" not in d:         # saved before image normalization
-                d["obs_norm"] = False
-            if d.get("cross_episode") is True:
-                d["min_rollout"] = int(d.get("t_max", 20))
-            if "self_imitation" not in d:   # saved before self-imitation existed
-                d["self_imitation"] = False
-            if "action_set" not in d and str(d.get("env", "doom:basic")).startswith("doom:"):
-                d["action_set"] = "buttons"     # saved before the switch: one button per action
-            if "view" not in d and str(d.get("env", "doom:basic")).startswith("doom:"):
-                d["view"] = "full"              # saved before the switch: the whole frame
+            saved = dict(d)
+            for name, value in SAVED_RUN_DEFAULTS.items():
+                if name not in saved:
+                    value = value(saved) if callable(value) else value
+                    if value is not None:
+                        d[name] = value
         kwargs = {}
         for key, v in d.items():
             if key in REMOVED_FIELDS:
@@ -365,8 +377,8 @@ class Config:
 
 
 #: Adam's rate comes from the env family's record (:class:`~a3c_core.envs.families.Tuning`);
-#: RMSProp's is the A3C paper's, SGD's a plain default
-DEFAULT_LR = {"rmsprop": 7e-4, "sgd": 1e-3}
+#: RMSProp's is the A3C paper's
+DEFAULT_LR = {"rmsprop": 7e-4}
 #: from this many workers, worker processes are the default on Linux.  doom:basic
 #: on a 16-core Xeon (a3c bench end-to-end rows): 1 worker 983 steps/s as a thread,
 #: 880 as a process; 8 workers 5,228 against 6,151; 16 workers 6,674 against 10,924
@@ -393,8 +405,7 @@ class Resolved:
     lr: float
     amsgrad: bool
     anneal_steps: int               #: 0: no anneal
-    min_rollout: int
-    merge_below: float              #: 0 where it does not apply (min_rollout > 1)
+    merge_below: float              #: 0: every rollout ends with its episode
     self_imitation: bool
     records_resets: bool            #: a rollout may hold a new segment after its first row
     n_workers: int
@@ -444,9 +455,6 @@ def resolve(cfg: Config, obs_kind: str = "image") -> Resolved:
         if getattr(cfg, name) is not None and name not in family.options:
             raise ConfigError(f"config field {name!r} = {getattr(cfg, name)!r}: applies to "
                               f"doom envs only; {cfg.env} is a {family.name} env")
-    if cfg.exploration != "none" and obs_kind != "image":
-        raise ConfigError(f"config field 'exploration' = {cfg.exploration!r}: needs image "
-                          f"observations; {cfg.env} gives vectors")
     spec = cfg.spec if cfg.spec != "auto" else d.network.get(obs_kind, "mlp-lstm"
                                                                 if obs_kind == "vector"
                                                                 else "doom-lstm")
@@ -455,8 +463,7 @@ def resolve(cfg: Config, obs_kind: str = "image") -> Resolved:
     adam = cfg.optimizer == "adam"
     lr = cfg.lr if cfg.lr > 0 else (tuning.adam_lr if adam else DEFAULT_LR[cfg.optimizer])
     anneals = pick(cfg.lr_anneal, adam and tuning.lr_anneal)
-    min_rollout = cfg.min_rollout
-    merge_below = float(cfg.merge_below) if min_rollout <= 1 else 0.0
+    merge_below = float(cfg.merge_below)
     n = cfg.n_workers()
     processes, why = backend_choice(cfg)
     return Resolved(
@@ -471,9 +478,9 @@ def resolve(cfg: Config, obs_kind: str = "image") -> Resolved:
         gae_lambda=float(pick(cfg.gae_lambda, d.gae_lambda)),
         lr=float(lr), amsgrad=bool(pick(cfg.adam_amsgrad, tuning.amsgrad)),
         anneal_steps=(cfg.lr_anneal_steps or cfg.total_steps) if anneals else 0,
-        min_rollout=min_rollout, merge_below=merge_below,
+        merge_below=merge_below,
         self_imitation=bool(pick(cfg.self_imitation, d.self_imitation)),
-        records_resets=min_rollout > 1 or merge_below > 0 or cfg.envs_per_worker > 1,
+        records_resets=merge_below > 0 or cfg.envs_per_worker > 1,
         n_workers=n, worker_processes=processes, backend_reason=why)
 
 

@@ -11,10 +11,7 @@ How: after the warm-up (the compiled kernels are inherited), the trainer
 moves every array the workers write into one ``MAP_SHARED`` anonymous
 mapping (:class:`SharedBlock`): the parameters, the optimizer's statistic
 arrays, the reward and advantage normalizers' statistics, one row of loss
-sums per worker and a few int64 counters (with ``exploration = "rnd"``
-also the RND predictor, its optimizer's arrays and step, the intrinsic
-returns' statistics and a row of bonus sums per worker; the fixed RND
-target is only read, and each child inherits it).  It then forks one process per
+sums per worker and a few int64 counters.  It then forks one process per
 worker.  Each process starts its own envs (pinned to its core, as a worker
 thread is), runs the same :class:`~a3c_core.train.worker.Worker` and applies
 its updates to the shared arrays in place, lock-free, as threads do
@@ -55,15 +52,13 @@ from a3c_core._fpenv import flush_denormals
 from a3c_core.envs.proc import _describe_exit
 from a3c_core.train.backends import Backend
 from a3c_core.train.config import ConfigError
-from a3c_core.train.worker import ExploreStats, LossStats, ThreadStore
+from a3c_core.train.worker import LossStats, ThreadStore
 
 __all__ = ["ProcessBackend", "ProcStore", "SharedBlock"]
 
 # the int64 counters of SharedBlock "scalars"
 S_STEPS, S_UPDATES, S_SKIPPED, S_CONSEC, S_OPT_STEP = range(5)
 N_SCALARS = 5
-# the int64 counters of the exploration bonus ("explore.scalars"): its optimizer's step
-X_OPT_STEP = 0
 
 #: seconds a stopping worker process may take (its rollout, closing its envs)
 #: before it is killed
@@ -106,12 +101,9 @@ class ProcStore(ThreadStore):
 
     syncs_on_apply = True
 
-    def __init__(self, shared, normalizer, adv_normalizer, scalars, lock, conn, explore=None,
-                 explore_scalars=None):
-        super().__init__(shared, normalizer, None, adv_normalizer, explore=explore)
+    def __init__(self, shared, normalizer, adv_normalizer, scalars, lock, conn):
+        super().__init__(shared, normalizer, None, adv_normalizer)
         self.scalars = scalars
-        #: exploration on: the RND predictor optimizer's shared step (X_OPT_STEP)
-        self.explore_scalars = explore_scalars
         self.plock = lock
         #: held by the worker around its one-call targets (the normalizers' merges)
         self.targets_lock = lock
@@ -142,35 +134,15 @@ class ProcStore(ThreadStore):
                     s[S_OPT_STEP] -= 1
         return norm, applied
 
-    def explore_apply(self, grads, max_grad_norm, offset=0, local=None):
-        # apply()'s way with the optimizer's shared step, for the RND predictor
-        sh, s = self.explore.shared, self.explore_scalars
-        opt = sh.optimizer
-        stepped = hasattr(opt, "step")
-        if stepped:
-            with self.plock:
-                opt.step = int(s[X_OPT_STEP])
-                s[X_OPT_STEP] += 1
-        norm, applied = sh.apply(grads, max_grad_norm, offset=offset, sync_to=local)
-        if stepped and not applied:
-            with self.plock:
-                s[X_OPT_STEP] -= 1
-        return norm, applied
-
-    def intrinsic_scale(self, returns):
-        with self.plock:
-            return super().intrinsic_scale(returns)
-
     def add_steps(self, n):
         with self.plock:
             self.scalars[S_STEPS] += int(n)
             return int(self.scalars[S_STEPS])
 
-    def record_episode(self, wid, raw_return, length, intrinsic=None, end=None):
+    def record_episode(self, wid, raw_return, length, end=None):
         # with the global step and the time it ended (the trainer logs it later)
         self.conn.send(("episode", wid, float(raw_return), int(length),
-                        int(self.scalars[S_STEPS]), time.perf_counter(),
-                        None if intrinsic is None else float(intrinsic), end))
+                        int(self.scalars[S_STEPS]), time.perf_counter(), end))
 
     def reward_scale(self, returns):
         with self.plock:
@@ -205,7 +177,6 @@ class ProcessBackend(Backend):
     """Workers as forked processes on one shared block (see the module docstring)."""
 
     name = "worker processes"
-    explores = True
     _ended = None     # (global step, perf_counter) of the episode being recorded
 
     def __init__(self, why: str = ""):
@@ -238,30 +209,12 @@ class ProcessBackend(Backend):
         norms = [(k, m) for k, m in (("rn", t.normalizer), ("an", t.adv_normalizer))
                  if m is not None]
         specs += [(k + ".stats", m.stats.shape, m.stats.dtype) for k, m in norms]
-        ex = t.explore
-        if ex is not None:
-            # the RND predictor, its optimizer's arrays and step, the intrinsic
-            # returns' statistics, each worker's sums (the target is only read:
-            # the children inherit it)
-            xs, xo = ex.shared, ex.shared.optimizer
-            specs += [("explore.scalars", (1,), np.int64),
-                      ("explore.losses", (t.n_workers, len(ExploreStats.FIELDS)), np.float64),
-                      ("explore.params", (xs.n_params,), xs.params.dtype),
-                      ("explore.norm", ex.normalizer.stats.shape, ex.normalizer.stats.dtype)]
-            specs += [("explore.opt." + a, (xs.n_params,), getattr(xo, a).dtype)
-                      for a in xo._arrays]
         b = self._block = SharedBlock(specs)
         b.move(sh, "params", "params")
         for a in opt._arrays:
             b.move(opt, a, "opt." + a)
         for k, m in norms:
             b.move(m, "stats", k + ".stats")
-        if ex is not None:
-            b.move(xs, "params", "explore.params")
-            b.move(ex.normalizer, "stats", "explore.norm")
-            for a in xo._arrays:
-                b.move(xo, a, "explore.opt." + a)
-            b["explore.scalars"][X_OPT_STEP] = int(getattr(xo, "step", 0))
         b["merging"][:] = -1
         s = b["scalars"]
         s[S_STEPS], s[S_UPDATES], s[S_SKIPPED] = sh.steps, sh.updates, sh.skipped_updates
@@ -279,8 +232,6 @@ class ProcessBackend(Backend):
         if hasattr(opt, "step"):
             opt.step = int(s[S_OPT_STEP])
         t.store.consecutive_skips = int(s[S_CONSEC])
-        if t.explore is not None and hasattr(t.explore.shared.optimizer, "step"):
-            t.explore.shared.optimizer.step = int(self._block["explore.scalars"][X_OPT_STEP])
 
     # -- the backend's hooks ------------------------------------------------------
     def start(self):
@@ -313,13 +264,10 @@ class ProcessBackend(Backend):
             r.close()
         try:
             t.pin_worker(wid)
-            ex = t.explore is not None
             store = ProcStore(t.shared, t.normalizer, t.adv_normalizer,
-                              self._block["scalars"], self._lock, conn, explore=t.explore,
-                              explore_scalars=self._block["explore.scalars"] if ex else None)
+                              self._block["scalars"], self._lock, conn)
             w = t.make_worker(wid, store)
             rows, merging = self._block["losses"], self._block["merging"]
-            x_rows = self._block["explore.losses"] if ex else None
             stop, total = self._pstop, t.cfg.total_steps
             with flush_denormals():         # as Worker.run does (a3c_core._fpenv)
                 while not stop.is_set():
@@ -328,8 +276,6 @@ class ProcessBackend(Backend):
                     w.rollout()
                     rows[wid] = w.stats.as_array()
                     merging[wid] = w.merging
-                    if x_rows is not None:
-                        x_rows[wid] = w.explore_stats.as_array()
             conn.send(("done", wid))
         except BaseException:  # noqa: BLE001 - reported to the trainer
             conn.send(("error", wid, traceback.format_exc()))
@@ -359,9 +305,9 @@ class ProcessBackend(Backend):
                 del self._conns[r]
                 r.close()
         episodes.sort(key=lambda m: m[5])       # the workers' episodes in the order they ended
-        for _, wid, ret, length, step, when, intrinsic, end in episodes:
+        for _, wid, ret, length, step, when, end in episodes:
             self._ended = step, when
-            t.store.record_episode(wid, ret, length, intrinsic=intrinsic, end=end)
+            t.store.record_episode(wid, ret, length, end=end)
 
     def episode_stamp(self):
         """The step and time the worker sent with the episode being recorded."""
@@ -432,11 +378,6 @@ class ProcessBackend(Backend):
         if self._block is None:
             return np.zeros(len(LossStats.FIELDS))
         return self._block["losses"].sum(axis=0)
-
-    def explore_totals(self):
-        if self._block is None or self.trainer.explore is None:
-            return np.zeros(len(ExploreStats.FIELDS))
-        return self._block["explore.losses"].sum(axis=0)
 
     def consecutive_skips(self) -> int:
         if self._block is None:

@@ -3,7 +3,11 @@
 :class:`SignalsAsExceptions` turns the first SIGINT into KeyboardInterrupt
 and the first SIGTERM into :class:`StopSignal` in the main thread, at a point
 known to be safe (:mod:`a3c_core._safepoint`); later signals are noted and
-ignored, so a second Ctrl-C cannot tear the final checkpoint.
+ignored, so a second Ctrl-C cannot tear the final checkpoint.  With
+``keep_ignoring`` (the CLI, whose process ends after the run) they stay
+ignored after the run too, to the process's exit: a second Ctrl-C during the
+interpreter's shutdown would otherwise end it by the signal (rc -2) instead
+of with 130.
 """
 from __future__ import annotations
 
@@ -31,7 +35,8 @@ class SignalsAsExceptions:
     KeyboardInterrupt and SIGTERM :class:`StopSignal`, once; both stop the
     workers and write the final checkpoint.  Later signals are ignored with a
     note, so a second Ctrl-C cannot tear the final checkpoint.  The previous
-    handlers are restored afterwards.
+    handlers are restored afterwards (with ``keep_ignoring``, once a signal
+    came: SIG_IGN, to the process's exit).
 
     It starts *deferred* (``defer=True``): a signal is recorded and raised
     later by :meth:`check`, at a point known to be safe (see
@@ -41,8 +46,9 @@ class SignalsAsExceptions:
     ctypes callback prints it and goes on) is raised again by the next
     :meth:`check`, which the monitor calls every tick."""
 
-    def __init__(self, defer=False):
+    def __init__(self, defer=False, keep_ignoring=False):
         self._defer = 1 if defer else 0
+        self._keep_ignoring = keep_ignoring
         self._fired = None          # the first signal, once one came
         self._delivered = False     # raised where the run caught it
         self._installed = False
@@ -71,8 +77,13 @@ class SignalsAsExceptions:
         return self
 
     def __exit__(self, *exc):
+        # after a stop signal, a process that exits next keeps ignoring them:
+        # Python's shutdown puts SIG_DFL back for a Python-level handler
+        # (default_int_handler included), so a second Ctrl-C then ends the
+        # process by the signal; SIG_IGN is left as it is
+        ignore = self._keep_ignoring and self._fired is not None
         for sig, old in self._old.items():
-            signal.signal(sig, old)
+            signal.signal(sig, signal.SIG_IGN if ignore else old)
         self._installed = False
         return False
 

@@ -38,9 +38,8 @@ import numpy as np
 
 from a3c_core import checkpoint as ck
 from a3c_core._blas import blas_threads
-from a3c_core.checkpoint import CheckpointError, save_checkpoint
+from a3c_core.checkpoint import CheckpointError, CheckpointWriteError, save_checkpoint
 from a3c_core.envs import make_env
-from a3c_core.nn.rnd import warm_up as warm_up_rnd
 from a3c_core.obs import ObsPipeline
 from a3c_core.train.backends import Backend, ThreadBackend, TrainingError
 from a3c_core.train.build import build_parts, new_network, plan_run, restore_checkpoint, worker_offset
@@ -63,7 +62,7 @@ class TrainResult:
     def __init__(self, run_dir, status, steps, episodes, seconds, moving_avg, checkpoint, *,
                  long_avg=None, best_avg=None, best_step=None, best_checkpoint=None,
                  skipped_updates=0, signal=None, avg_window=100, long_window=0,
-                 episode_ends=None):
+                 episode_ends=None, unwritten_rows=None, checkpoint_write_failures=0):
         self.run_dir = run_dir
         self.status = status  # "done", "interrupted" or "failed"
         self.steps = steps
@@ -81,6 +80,10 @@ class TrainResult:
         self.long_window = long_window      # episodes in long_avg
         #: how the moving_avg window's episodes ended: {"died": 69, "ended alive": 31}
         self.episode_ends = dict(episode_ends or {})
+        #: rows (TensorBoard: points) the logs could not write, by file: {"metrics.csv": 412}
+        self.unwritten_rows = dict(unwritten_rows or {})
+        #: checkpoint writes the file system refused during the run (each one retried)
+        self.checkpoint_write_failures = int(checkpoint_write_failures)
 
     @property
     def exit_code(self) -> int:
@@ -188,7 +191,6 @@ class Trainer:
     _param_snapshot_updates = 0
     norm_seconds = None             # how long measuring the image normalization took (a new run)
     _resume_counters = None
-    _explore_prev = 0.0             # the exploration sums at the last log (explore_totals)
 
     def __init__(self, cfg: Config, *, resume: str | None = None, out=None,
                  backend: Backend | None = None):
@@ -198,10 +200,6 @@ class Trainer:
             processes, why = backend_choice(cfg)
             backend = ProcessBackend(why) if processes else ThreadBackend(why)
         self.backend = backend
-        if cfg.exploration != "none" and not backend.explores:
-            raise ConfigError(f"config field 'exploration' = {cfg.exploration!r}: not with "
-                              f"{type(backend).__name__} ({backend.name}); only worker threads "
-                              "and worker processes run the bonus")
         self._envs = []
         self._starter = None      # the thread that starts the workers' envs (start_envs)
         self.logger = None
@@ -237,8 +235,6 @@ class Trainer:
         self.stop_event = threading.Event()
         self.errors = []  # (worker id or what failed, traceback text)
         self.rewards = RewardWindows(cfg.reward_window, LONG_WINDOW_FACTOR * cfg.reward_window)
-        #: exploration on: each episode's mean bonus per step (the progress line's "int")
-        self.intrinsic = RewardWindows(cfg.reward_window, cfg.reward_window)
         try:
             env = self._env(0, pin=True)  # unknown ids fail before any file is written
             self.plan = plan = plan_run(cfg, env, ckpt)
@@ -253,7 +249,7 @@ class Trainer:
             for note in plan.notes:
                 self.resume_note += f"; {note}"
             self.store = ThreadStore(self.shared, self.normalizer, self._on_episode,
-                                     self.adv_normalizer, explore=self.explore)
+                                     self.adv_normalizer)
             self.backend.bind(self)
             self.backend.prepare()
         except BaseException:
@@ -286,11 +282,6 @@ class Trainer:
     @property
     def adv_normalizer(self):
         return self.parts.adv_normalizer
-
-    @property
-    def explore(self):
-        """The shared RND state (``exploration = "rnd"``), else None."""
-        return self.parts.explore
 
     @property
     def spec_name(self) -> str:
@@ -430,9 +421,8 @@ class Trainer:
             notice.start()
         try:
             with self._signals.deferred():  # a Ctrl-C lands between compiles
-                warm_up_network(new_network(self.plan), self.plan.resolved.records_resets)
-                if self.explore is not None:
-                    warm_up_rnd(self.explore.obs_shape)
+                warm_up_network(new_network(self.plan), self.plan.resolved.records_resets,
+                                n_envs=self.cfg.envs_per_worker)
         finally:
             notice.cancel()
 
@@ -481,11 +471,6 @@ class Trainer:
                                      else self.adv_normalizer.state_dict()),
             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
-        if self.explore is not None:
-            # the RND predictor, its optimizer and target (save_checkpoint stores
-            # them beside the optimizer's arrays, as opt/rnd/...)
-            meta["exploration"] = self.explore.meta()
-            arrays.update(self.explore.arrays())
         if not np.all(np.isfinite(st["params"])):
             raise CheckpointError(
                 f"parameters are no longer finite (the run diverged); {which}.npz not written, "
@@ -500,20 +485,16 @@ class Trainer:
     def moving_avg(self):
         return self.rewards.averages()[0]
 
-    def _on_episode(self, wid, ret, length, index, intrinsic=None, end=None):
+    def _on_episode(self, wid, ret, length, index, end=None):
         step, wall = self.backend.episode_stamp()
-        self.log_episode(wid, ret, length, index, step, wall, intrinsic, end)
+        self.log_episode(wid, ret, length, index, step, wall, end)
 
-    def log_episode(self, wid, ret, length, index, step, wall, intrinsic=None, end=None):
+    def log_episode(self, wid, ret, length, index, step, wall, end=None):
         self.rewards.add(ret, end)
         if self.logger is not None:
             self.logger.episode(index, wall, step, wid, ret, length, end)
-        if intrinsic is not None:       # exploration on: the episode's mean bonus per step
-            self.intrinsic.add(intrinsic)
-            if self.logger is not None:
-                self.logger.scalar("charts/episodic_intrinsic", intrinsic, step, wall)
 
-    def _maybe_save_best(self):
+    def _maybe_save_best(self, final=False):
         """best.npz: the best long average, once ``reward_window`` episodes have finished."""
         _, long_avg, n = self.rewards.averages()
         if long_avg is None or n < self.cfg.reward_window or not long_avg > self.best_avg:
@@ -522,6 +503,11 @@ class Trainer:
         self.best_avg, self.best_step = long_avg, int(self.shared.steps)
         try:
             self.save("best")
+        except CheckpointWriteError as e:   # a full disk: tried again at the next log
+            self.best_avg, self.best_step = prev
+            self._write_failed(e, final)
+            if final:
+                print(f"warning: {e}; the previous best.npz is kept", file=sys.stderr, flush=True)
         except CheckpointError:
             self.best_avg, self.best_step = prev
             raise
@@ -535,14 +521,17 @@ class Trainer:
         return self.backend.worker_updates()
 
     # -- the run ------------------------------------------------------------
-    def run(self, announce=None) -> TrainResult:
+    def run(self, announce=None, *, exiting=False) -> TrainResult:
         """Train until a stop condition, a signal or a failure; always leaves a
         loadable checkpoint, ``summary.json`` and closed envs behind.
         ``announce()`` (the CLI's "run directory" line) is called once the
-        signal handlers are in place, so a Ctrl-C right after it is the run's."""
+        signal handlers are in place, so a Ctrl-C right after it is the run's.
+        ``exiting`` (the CLI: the process ends after the run): once a signal
+        stopped the run, later SIGINTs and SIGTERMs stay ignored, so a second
+        Ctrl-C cannot end the process by the signal instead of its exit status."""
         # the handlers go in first, deferred: threadpoolctl's scan (a ctypes
         # callback) would swallow a KeyboardInterrupt; _run raises it
-        with SignalsAsExceptions(defer=True) as self._signals:
+        with SignalsAsExceptions(defer=True, keep_ignoring=exiting) as self._signals:
             try:
                 if announce is not None:
                     announce()
@@ -575,21 +564,28 @@ class Trainer:
             if self.t_start is not None:
                 path, save_error = self._final_checkpoints()
                 if save_error:
-                    self.errors.append(("checkpoint", save_error))
+                    self.errors.append(save_error)
         if self.errors:
             status = "failed"
         result = self._result(status, sig, path)
         self.backend.extend_result(result)
         self._write_summary(result)
+        self._report_unwritten(result)
         if self.errors:
+            who, text = self.errors[0]
+            if who == "final checkpoint":   # the whole story is its one line
+                raise TrainingError(text, self.errors)
             raise self.backend.failure(path)
         return result
 
     def write_error_log(self):
         path = os.path.join(self.run_dir, "errors.log")
-        with open(path, "a") as fh:
-            for who, text in self.errors:
-                fh.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S%z')} {who} ---\n{text.rstrip()}\n")
+        try:
+            with open(path, "a") as fh:
+                for who, text in self.errors:
+                    fh.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S%z')} {who} ---\n{text.rstrip()}\n")
+        except OSError as e:
+            return f"{path}, which could not be written: [Errno {e.errno}] {e.strerror}"
         return path
 
     def _monitor(self, handles):
@@ -647,7 +643,7 @@ class Trainer:
             if cfg.checkpoint_interval and (
                     (not first_ckpt_done and self.shared.updates > 0)
                     or now - last_ckpt >= cfg.checkpoint_interval):
-                backend.guard(self.save, "latest")
+                backend.guard(self._save_or_warn, "latest")
                 first_ckpt_done, last_ckpt = True, now
 
     def _log_scalars(self, steps, sps, d, tot=None):
@@ -682,15 +678,6 @@ class Trainer:
             log.scalar("charts/sil_replays", d[6], steps, el)
             if tot is not None:
                 log.scalar("charts/sil_update_share", tot[7] / tot[6], steps, el)
-        ex = self.backend.explore_totals() if self.explore is not None else None
-        if ex is not None:
-            dx = ex - self._explore_prev
-            self._explore_prev = ex
-            if dx[3] > 0:
-                log.scalar("losses/rnd_loss", dx[0] / dx[3], steps, el)
-                log.scalar("charts/intrinsic_reward", dx[1] / dx[3], steps, el)
-                log.scalar("charts/novelty", dx[2] / dx[3], steps, el)
-            log.scalar("charts/intrinsic_scale", self.explore.normalizer.scale, steps, el)
         stats = getattr(self.shared.optimizer, "moment_stats", None)
         if stats is not None and self.backend.live_optimizer and self.shared.updates > 0:
             den_rms, upd_rms = stats()
@@ -699,7 +686,8 @@ class Trainer:
             # how far the shared parameters moved since the last log, RMS per
             # element in units of lr, and per apply: Adam's step does not shrink
             # with the gradient, so after convergence the weights keep moving
-            # at this rate whatever the gradients say (bench/RESULTS.md)
+            # at this rate whatever the gradients say (docs/results.md: hence
+            # the anneal)
             opt = self.shared.optimizer
             upd_now = int(self.shared.updates)
             snap = self._param_snapshot
@@ -719,15 +707,83 @@ class Trainer:
                            steps, el)
         log.flush()
 
-    def _final_checkpoints(self):
-        """latest (+ best) at the end; returns (latest path or None, error text or None)."""
+    # -- write faults (a full disk, a file-size limit, an I/O error) -------------
+    _write_failures = 0     # checkpoint writes the file system refused
+    _write_error = None     # the last one (CheckpointWriteError)
+    _failing = None         # path -> failed writes in a row
+
+    def _write_failed(self, e: CheckpointWriteError, final=False):
+        """Count a refused checkpoint write; one line for the first failure of
+        a file in a row (none for the final write: the run's error says it)."""
+        if self._failing is None:
+            self._failing = {}
+        self._write_failures += 1
+        self._write_error = e
+        if not final and e.path not in self._failing:
+            name = os.path.basename(e.path)
+            kept = (f"the previous {name} is kept" if os.path.exists(e.path)
+                    else f"no {name} is on disk yet")
+            if name != "latest.npz":
+                when = "tried again at the next log"
+            elif self.cfg.checkpoint_interval:
+                when = f"tried again in {self.cfg.checkpoint_interval:g} s"
+            else:
+                when = "tried again at the end"
+            print(f"warning: {e}; training goes on, {kept}, {when}", file=sys.stderr, flush=True)
+        self._failing[e.path] = self._failing.get(e.path, 0) + 1
+
+    def _save_or_warn(self, which, final=False):
+        """Write a checkpoint; a write the file system refuses is a warning
+        (returns None), tried again at the next interval."""
         try:
-            path = self.save("latest")
-            self._maybe_save_best()
-            return path, None
-        except (CheckpointError, OSError) as e:
-            latest = os.path.join(self.run_dir, "checkpoints", "latest.npz")
-            return (latest if os.path.exists(latest) else None), str(e)
+            path = self.save(which)
+        except CheckpointWriteError as e:
+            self._write_failed(e, final)
+            return None
+        failed = (self._failing or {}).pop(path, 0)
+        if failed:
+            print(f"note: {path} written again after {failed} failed "
+                  f"attempt{'s' * (failed > 1)}", file=sys.stderr, flush=True)
+        return path
+
+    def _newest_valid(self):
+        """The newest checkpoint on disk that loads (None if none does)."""
+        try:
+            return ck.find_resume_checkpoint(self.run_dir)
+        except CheckpointError:
+            return None
+
+    def _final_checkpoints(self):
+        """latest (+ best) at the end; returns (the final checkpoint's path, or
+        the newest valid one on disk, or None; ``(who, error text)`` or None).
+        A best.npz that cannot be written is only a warning: latest.npz holds
+        the final parameters."""
+        try:
+            path = self._save_or_warn("latest", final=True)
+        except (CheckpointError, OSError) as e:     # the parameters are not finite
+            newest = self._newest_valid()
+            return (newest.path if newest else None), ("checkpoint", str(e))
+        if path is None:
+            newest = self._newest_valid()
+            where = (f"the newest valid checkpoint on disk is {newest.path}"
+                     + (f" (step {newest.steps:,})" if newest.steps is not None else "")
+                     if newest else "no valid checkpoint is on disk")
+            e = self._write_error
+            return (newest.path if newest else None), (
+                "final checkpoint", f"cannot write the final checkpoint {e.path}: {e.why}; {where}")
+        try:
+            self._maybe_save_best(final=True)
+        except CheckpointError as e:
+            print(f"warning: {e}", file=sys.stderr, flush=True)
+        return path, None
+
+    def _report_unwritten(self, result):
+        """One line at the end if the logs lost rows (summary.json has the counts)."""
+        if result.unwritten_rows:
+            parts = [f"{n:,} of {name}" for name, n in result.unwritten_rows.items()]
+            print(f"warning: rows not written (the file system refused them): "
+                  f"{', '.join(parts)}; see summary.json 'unwritten_rows'",
+                  file=sys.stderr, flush=True)
 
     def _result(self, status, sig, path):
         short, long_avg, n_eps = self.rewards.averages()
@@ -739,7 +795,9 @@ class Trainer:
             best_step=self.best_step, best_checkpoint=best if os.path.exists(best) else None,
             skipped_updates=int(self.shared.skipped_updates), signal=sig,
             avg_window=min(n_eps, self.cfg.reward_window), long_window=n_eps,
-            episode_ends=self.rewards.ends())
+            episode_ends=self.rewards.ends(),
+            unwritten_rows=self.logger.unwritten if self.logger is not None else None,
+            checkpoint_write_failures=self._write_failures)
 
     def _write_summary(self, result):
         d = result.to_dict()
@@ -747,9 +805,17 @@ class Trainer:
                  updates=int(self.shared.updates),
                  errors=[f"{w}: {t.strip().splitlines()[-1]}" for w, t in self.errors])
         tmp = os.path.join(self.run_dir, ".summary.json.tmp")
-        with open(tmp, "w") as fh:
-            json.dump(d, fh, indent=1)
-        os.replace(tmp, os.path.join(self.run_dir, "summary.json"))
+        try:
+            with open(tmp, "w") as fh:
+                json.dump(d, fh, indent=1)
+            os.replace(tmp, os.path.join(self.run_dir, "summary.json"))
+        except OSError as e:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            print(f"warning: cannot write {os.path.join(self.run_dir, 'summary.json')}: "
+                  f"[Errno {e.errno}] {e.strerror}", file=sys.stderr, flush=True)
 
     def _progress(self, steps, sps, d, tty):
         el = self.elapsed()
@@ -760,9 +826,6 @@ class Trainer:
         skipped = int(self.shared.skipped_updates)
         if skipped:
             losses += f" skipped {skipped}"
-        if self.explore is not None:
-            bonus = self.intrinsic.averages()[0]
-            losses += " | int " + ("n/a" if bonus is None else f"{bonus:.4f}")
         short, long_avg, n = self.rewards.averages()
         w = self.cfg.reward_window
         avg_s = "   n/a" if short is None else f"{short:7.2f}"
