@@ -863,6 +863,30 @@ class _TrainerRun:
             self.tmp.cleanup()
 
 
+def _step_breakdown(n, spent) -> list[Row]:
+    """Where an agent step went in the measured window, from the workers'
+    timers (``LossStats``' ``t_*`` fields, summed over the workers): env,
+    forward (with the preprocessing), backward, apply, and the rest (Python
+    glue, the targets, the pull, self-imitation), in us per agent step of
+    one worker and as shares of the rollouts' wall time."""
+    from a3c_core.train.worker import LossStats
+    f = {name: float(v) for name, v in zip(LossStats.FIELDS, spent)}
+    steps = f["agent_steps"]
+    if steps <= 0 or f["t_rollout"] <= 0:
+        return []
+    parts = [("env", f["t_env"]), ("forward", f["t_forward"]),
+             ("backward", f["t_backward"]), ("apply", f["t_apply"])]
+    parts.append(("glue", f["t_rollout"] - sum(v for _, v in parts)))
+    rows = []
+    for name, sec in parts:
+        us = 1e6 * sec / steps
+        rows.append(Row(f"step {name} w{n}", [us], "us",
+                        f"{100 * sec / f['t_rollout']:.0f}% of a worker's rollout time "
+                        f"(per agent step, {n} worker(s))",
+                        {"workers": n, "share": sec / f["t_rollout"]}))
+    return rows
+
+
 def bench_e2e(env, spec, worker_counts, seconds, warmup, envs_per_worker=1,
               processes=False) -> list[Row]:
     rows, base = [], None
@@ -871,9 +895,12 @@ def bench_e2e(env, spec, worker_counts, seconds, warmup, envs_per_worker=1,
     for n in worker_counts:
         run = _TrainerRun(env, spec, n, envs_per_worker=envs_per_worker, processes=processes)
         run.start(warmup)
+        before = run.trainer.backend.loss_totals()
         rates, mean = run.sample_rates(seconds)
+        spent = run.trainer.backend.loss_totals() - before
         run.stop()
         fs = run.frame_skip
+        rows.extend(_step_breakdown(n, spent))
         rows.append(Row(f"train steps/s w{n}", rates, "steps/s",
                         f"{n} worker {kind}{per}; mean {mean:.0f} over {seconds:g}s after warm-up "
                         f"(all workers updating {run.ramp_s:.1f}s after the first)",

@@ -464,7 +464,7 @@ def test_merge_below_switches_on_once_the_window_of_episodes_is_short():
     """Episodes of 3 steps, window 4, merge_below 4: the first four episodes are
     the paper's rollouts (one per episode); from then on a rollout runs on into
     the next episode until it holds t_max // 2 = 5 steps, exactly as a worker
-    with min_steps 5 (same obs, returns and normalizer merges)."""
+    whose switch is on from the start (same obs, returns and normalizer merges)."""
     w, net, store = _merge_worker(ScriptedEnv([1.0, 2.0, 3.0]), t_max=10, merge_below=4, window=4)
     for k in range(4):
         assert not w.merging

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import nullcontext
+from time import perf_counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,7 +99,13 @@ class LossStats:
     without a lock: a torn set of fields only mixes two adjacent updates)."""
 
     FIELDS = ("policy_loss", "value_loss", "entropy", "grad_norm", "updates", "skipped",
-              "sil_replays", "sil_updates")
+              "sil_replays", "sil_updates",
+              # where the rollouts' wall time went, in seconds (``a3c bench``
+              # prints it per agent step): the env's steps and resets, the
+              # forward passes (with the preprocessing), the backward, the
+              # apply, and the whole rollout (the rest is Python glue and
+              # the targets); ``agent_steps`` counts the rows they played
+              "t_env", "t_forward", "t_backward", "t_apply", "t_rollout", "agent_steps")
 
     def __init__(self):
         for f in self.FIELDS:
@@ -478,14 +485,22 @@ class Worker:
         n = T
         term = trunc = False
         ended_last = []                     # paper rollouts: envs reset after the update
+        st_ = self.stats
+        t_rollout = perf_counter()
+        t_env = 0.0
+        t_fwd = 0.0
         for t in range(T):
+            c0 = perf_counter()
             acts = self._forward(t, u, state, reset if K > 1 else None)
+            t_fwd += perf_counter() - c0
             state = None
             reset[:] = False
             r0 = t * K
             for k in range(K):
                 a = acts if K == 1 else int(acts[k])
+                c0 = perf_counter()
                 frame, r, term_k, trunc_k = envs[k].step(a)
+                t_env += perf_counter() - c0
                 raw[r0 + k] = r
                 self.ep_returns[k] += float(r)
                 self.ep_lengths[k] += 1
@@ -501,7 +516,9 @@ class Worker:
                 if not across:
                     ended_last.append(k)
                     continue
+                c0 = perf_counter()
                 frames[k] = self._episode_over(k)
+                t_env += perf_counter() - c0
                 reset[k] = True
                 if K == 1:
                     state = net.initial_state()
@@ -509,6 +526,7 @@ class Worker:
                 n = t + 1
                 break
         # bootstrap each env's open segment from V(s_n)
+        c0 = perf_counter()
         if K == 1:
             if not ended_last and not reset[0]:
                 st = self.state = net.recorded_state()
@@ -533,16 +551,23 @@ class Worker:
             for k in range(K):
                 if not reset[k]:
                     segs[k].append((n, float(boots[k]), False))
+        t_fwd += perf_counter() - c0
         ret, adv = self._targets(n, segs, acc0)
         applied = self._apply_update(n * K, ret, adv)
         if self.sil is not None:
             self._sil_record(n, segs)
             self.sil.replay(n * K, self._apply_grads)
         self.store.add_steps(n * K)
+        c0 = perf_counter()
         for k in ended_last:
             frames[k] = self._episode_over(k)
             self._started[k] = True
             self.state = net.initial_state()
+        end = perf_counter()
+        st_.t_env += t_env + (end - c0)
+        st_.t_forward += t_fwd
+        st_.t_rollout += end - t_rollout
+        st_.agent_steps += n * K
         return n * K, term, trunc, applied
 
     def _targets(self, n, segs, acc0):
@@ -656,9 +681,13 @@ class Worker:
     def _apply_update(self, m, ret, adv):
         s, st = self.s, self.stats
         # the backward only, over the rows the ticks recorded
+        c0 = perf_counter()
         loss = self.net.rollout_grad(self.actions[:m], ret, adv, value_coef=s.value_coef,
                                      entropy_beta=s.entropy_beta)
+        c1 = perf_counter()
         applied = self._apply_grads(self.net.grads)
+        st.t_backward += c1 - c0
+        st.t_apply += perf_counter() - c1
         if applied:
             st.policy_loss += loss["policy_loss"] / m
             st.value_loss += loss["value_loss"] / m
