@@ -891,6 +891,7 @@ def bench_e2e(env, spec, worker_counts, seconds, warmup, envs_per_worker=1,
               processes=False) -> list[Row]:
     rows, base = [], None
     per = f", {envs_per_worker} envs each" if envs_per_worker > 1 else ""
+    kk = f" k{envs_per_worker}" if envs_per_worker > 1 else ""
     kind = "process(es)" if processes else "thread(s)"
     for n in worker_counts:
         run = _TrainerRun(env, spec, n, envs_per_worker=envs_per_worker, processes=processes)
@@ -900,19 +901,19 @@ def bench_e2e(env, spec, worker_counts, seconds, warmup, envs_per_worker=1,
         spent = run.trainer.backend.loss_totals() - before
         run.stop()
         fs = run.frame_skip
-        rows.extend(_step_breakdown(n, spent))
-        rows.append(Row(f"train steps/s w{n}", rates, "steps/s",
+        rows.extend(_step_breakdown(f"{n}{kk}", spent))
+        rows.append(Row(f"train steps/s w{n}{kk}", rates, "steps/s",
                         f"{n} worker {kind}{per}; mean {mean:.0f} over {seconds:g}s after warm-up "
                         f"(all workers updating {run.ramp_s:.1f}s after the first)",
                         {"workers": n, "mean": mean, "ramp_s": run.ramp_s,
                          "processes": bool(processes)}))
-        rows.append(Row(f"train frames/s w{n}", [r * fs for r in rates], "frames/s",
+        rows.append(Row(f"train frames/s w{n}{kk}", [r * fs for r in rates], "frames/s",
                         f"steps/s x frame skip {fs}; mean {mean * fs:.0f}", {"workers": n, "mean": mean * fs}))
         if n == 1:
             base = mean
         if base and n > 1:
             eff = mean / (n * base)
-            rows.append(Row(f"scaling w{n}", [eff], "ratio",
+            rows.append(Row(f"scaling w{n}{kk}", [eff], "ratio",
                             f"steps/s(w{n}) / ({n} x steps/s(w1)); speed-up {mean / base:.2f}x",
                             {"workers": n}))
     return rows
@@ -1169,13 +1170,14 @@ def _parse_workers(s):
 
 
 def _parse_envs(s):
+    """``K`` or ``K1,K2,...``: the end-to-end rows run for each K in turn."""
     try:
-        k = int(s)
+        ks = [int(x) for x in str(s).split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
-    if not 1 <= k <= 64:
-        raise argparse.ArgumentTypeError(f"must be 1-64, got {k}")
-    return k
+        raise argparse.ArgumentTypeError(f"expected integers, e.g. 1,8, got {s!r}") from None
+    if not ks or not all(1 <= k <= 64 for k in ks):
+        raise argparse.ArgumentTypeError(f"each must be 1-64, got {s!r}")
+    return ks
 
 
 def default_workers():
@@ -1201,9 +1203,9 @@ def build_parser():
     p.add_argument("--seconds", type=float, default=None,
                    help="measured seconds per end-to-end point (default 6, --quick 2)")
     p.add_argument("--repeat", type=int, default=None, help="repetitions per micro-benchmark (default 7, --quick 3)")
-    p.add_argument("--envs-per-worker", type=_parse_envs, default=1,
-                   help="envs each training worker plays (end-to-end rows and the GIL probe; "
-                        "default 1)")
+    p.add_argument("--envs-per-worker", type=_parse_envs, default=[1],
+                   help="envs each training worker steps in lockstep, K or K1,K2 (end-to-end "
+                        "rows for each K in one run, and the GIL probe with the last; default 1)")
     p.add_argument("--worker-processes", action="store_true",
                    help="end-to-end rows with each worker in its own process (the trainer's "
                         "worker_processes); the GIL probe is then skipped")
@@ -1371,14 +1373,14 @@ def main(argv=None) -> int:
     elif env is None:
         skipped.append("end-to-end and GIL (no env)")
     else:
-        add(bench_e2e(args.env, spec, workers, seconds, warmup, args.envs_per_worker,
-                      args.worker_processes))
+        for k in args.envs_per_worker:
+            add(bench_e2e(args.env, spec, workers, seconds, warmup, k, args.worker_processes))
         if args.skip_gil:
             skipped.append("GIL probe (--skip-gil)")
         elif args.worker_processes:
             skipped.append("GIL probe (--worker-processes: the workers share no GIL)")
         else:
-            add(bench_gil(args.env, spec, max(seconds, 2.0), warmup, args.envs_per_worker))
+            add(bench_gil(args.env, spec, max(seconds, 2.0), warmup, args.envs_per_worker[-1]))
 
     print()
     print(format_table(rows))

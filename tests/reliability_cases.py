@@ -1014,6 +1014,8 @@ def drive_double_sigint(proc, ctx):
         proc.killpg(signal.SIGINT)
         time.sleep(next(_SECOND_SIGINT_DELAYS))
         proc.killpg(signal.SIGINT)
+        ctx.notes.append("the second SIGINT 0, 10, 30, 100 or 300 ms after the first "
+                         "(one per attempt)")
 
 
 def drive_kill_mid_write(proc, ctx):

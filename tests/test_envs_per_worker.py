@@ -241,3 +241,22 @@ def test_warm_up_compiles_the_reset_variant_for_several_envs(tmp_path, monkeypat
         finally:
             t.close()
     assert seen == [False, True]
+
+
+def test_envs_that_would_not_fit_in_memory_are_refused_naming_the_field(tmp_path):
+    """K envs per worker whose estimated footprint exceeds the available
+    memory: a ConfigError naming envs_per_worker, before the other envs
+    start; the same config fits a larger machine."""
+    from a3c_core.envs import make_env
+    from a3c_core.train.build import check_memory, plan_run
+
+    cfg = Config(env="CartPole-v1", workers=2, envs_per_worker=64, quiet=True,
+                 run_dir=str(tmp_path / "r"))
+    env = make_env("CartPole-v1", seed=0)
+    try:
+        plan = plan_run(cfg, env)
+        with pytest.raises(ConfigError, match="'envs_per_worker' = 64: 2 workers x 64 envs"):
+            check_memory(cfg, plan, env, available=100 * 2**20)
+        check_memory(cfg, plan, env, available=64 * 2**30)
+    finally:
+        env.close()

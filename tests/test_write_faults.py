@@ -281,3 +281,30 @@ def test_a_run_whose_logs_cannot_be_written_finishes_and_reports_the_rows(tmp_pa
                             f"{lost['episodes.csv']:,} of episodes.csv; "
                             "see summary.json 'unwritten_rows'")
     assert load_checkpoint(run).steps >= 2000
+
+
+def test_a_resume_on_a_full_disk_keeps_its_config_toml(tmp_path, monkeypatch, capsys):
+    """config.toml is replaced whole: a resume that cannot write it is one error
+    line naming it, and the run's config.toml is as it was (not truncated)."""
+    pytest.importorskip("gymnasium")
+    from a3c_core.cli import main
+
+    run = str(tmp_path / "run")
+    assert main(CART + ["--total-steps", "300", "--run-dir", run]) == 0
+    conf = os.path.join(run, "config.toml")
+    before = open(conf).read()
+    capsys.readouterr()
+    real = os.replace
+
+    def replace(src, dst, *a, **k):
+        if str(dst).endswith("config.toml"):
+            raise _oserror(errno.ENOSPC)
+        return real(src, dst, *a, **k)
+    monkeypatch.setattr(os, "replace", replace)
+    rc = main(["train", "--resume", run, "--total-steps", "600", "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.strip().splitlines()[-1] == (f"a3c train: error: [Errno 28] cannot write {conf}: "
+                                            "No space left on device")
+    assert open(conf).read() == before
+    assert not os.path.exists(conf + ".tmp")

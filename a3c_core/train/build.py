@@ -216,6 +216,39 @@ def plan_run(cfg: Config, env, ckpt=None) -> RunPlan:
         norm_seconds=norm_seconds, notes=notes)
 
 
+#: a ViZDoom engine's resident memory, MB (measured on doom:my_way_home: 18 MB
+#: at minute 2, 25 MB at minute 29; docs/reliability.md)
+ENGINE_MB = 32.0
+
+
+def check_memory(cfg: Config, plan: RunPlan, env, available=None) -> None:
+    """ConfigError naming ``envs_per_worker`` when the run's envs and rollout
+    rows would not fit the machine's available memory (``available`` bytes;
+    default: /proc/meminfo's MemAvailable, where there is one).  Estimated
+    from one env (its engine, ENGINE_MB, where it runs one) and the
+    network's rollout rows per agent step (t_max x K rows per worker)."""
+    if available is None:
+        try:
+            with open("/proc/meminfo") as fh:
+                info = dict(line.split(":", 1) for line in fh)
+            available = int(info["MemAvailable"].split()[0]) * 1024
+        except (OSError, KeyError, ValueError):
+            return
+    n, k = plan.resolved.n_workers, cfg.envs_per_worker
+    net = new_network(plan)
+    row = sum(a.nbytes for L in net.layers for a in L.workspace(1, net.dtype).values())
+    env_b = (ENGINE_MB if plan.resolved.family == "doom" else 4.0) * 2**20 \
+        + 2 * int(np.prod(env.obs_shape))
+    per_worker = k * env_b + (cfg.t_max + 1) * k * row + 4 * net.params.nbytes
+    need = n * per_worker
+    if need > available:
+        raise ConfigError(
+            f"config field 'envs_per_worker' = {k}: {n} workers x {k} envs need about "
+            f"{need / 2**30:.1f} GB ({env_b / 2**20:.0f} MB per env, "
+            f"{(cfg.t_max + 1) * k * row / 2**20:.0f} MB of rollout rows per worker), more "
+            f"than the {available / 2**30:.1f} GB available; use fewer envs per worker or workers")
+
+
 def new_network(plan: RunPlan):
     """A fresh network of the plan's spec (a worker's local copy, a warm-up's)."""
     ns = plan.net_spec

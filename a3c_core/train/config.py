@@ -144,7 +144,7 @@ class Config:
     hidden: Optional[str] = _f(None, "hidden layer sizes of the mlp/mlp-lstm encoder, comma separated (default 64,64)")
     lstm_size: Optional[int] = _f(None, "LSTM size (default: the spec's, 256 for the image specs, 64 for mlp-lstm)")
     workers: int = _f(0, "number of workers, 0-256 (0 = one per CPU core)")
-    envs_per_worker: int = _f(1, "envs each worker plays in turn, 1-64; one update covers them all (1 = the A3C paper's worker)")
+    envs_per_worker: int = _f(1, "envs each worker steps in lockstep, 1-64: one forward per tick over their K rows, one update over all their rows (1 = the A3C paper's worker)")
     worker_processes: Optional[bool] = _f(None, "run workers as processes sharing memory instead of threads (default: on Linux, processes for workers 0 or >= 8, threads below)")
     pin_threads: bool = _f(True, "pin worker i and its ViZDoom engine to core i mod cores (Linux)")
     t_max: int = _f(20, "rollout length: steps per update (truncated BPTT window), 1-10000")

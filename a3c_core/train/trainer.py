@@ -42,7 +42,8 @@ from a3c_core.checkpoint import CheckpointError, CheckpointWriteError, save_chec
 from a3c_core.envs import make_env
 from a3c_core.obs import ObsPipeline
 from a3c_core.train.backends import Backend, ThreadBackend, TrainingError
-from a3c_core.train.build import build_parts, new_network, plan_run, restore_checkpoint, worker_offset
+from a3c_core.train.build import (build_parts, check_memory, new_network, plan_run,
+                                   restore_checkpoint, worker_offset)
 from a3c_core.train.config import Config, ConfigError, backend_choice, env_args
 from a3c_core.train.logger import MetricsLogger
 from a3c_core.train.procs import ProcessBackend
@@ -238,6 +239,7 @@ class Trainer:
         try:
             env = self._env(0, pin=True)  # unknown ids fail before any file is written
             self.plan = plan = plan_run(cfg, env, ckpt)
+            check_memory(cfg, plan, env)        # before the other envs start
             self.parts = build_parts(plan)
             if ckpt is not None:
                 restore_checkpoint(self.parts, ckpt)
@@ -256,10 +258,25 @@ class Trainer:
             self.close()  # no engine process left behind by a refused start
             raise
 
-        os.makedirs(os.path.join(self.run_dir, "checkpoints"), exist_ok=True)
-        _remove_partial_checkpoints(os.path.join(self.run_dir, "checkpoints"))
-        with open(os.path.join(self.run_dir, "config.toml"), "w") as fh:
-            fh.write(cfg.pinned(plan.resolved).to_toml())   # defaults as resolved now
+        try:    # a read-only or full file system: the CLI's clear error, no engine left
+            os.makedirs(os.path.join(self.run_dir, "checkpoints"), exist_ok=True)
+            _remove_partial_checkpoints(os.path.join(self.run_dir, "checkpoints"))
+            # defaults as resolved now; replaced whole (a resume on a full disk
+            # keeps the config.toml it had)
+            conf = os.path.join(self.run_dir, "config.toml")
+            try:
+                with open(conf + ".tmp", "w") as fh:
+                    fh.write(cfg.pinned(plan.resolved).to_toml())
+                os.replace(conf + ".tmp", conf)
+            except OSError as e:
+                try:
+                    os.unlink(conf + ".tmp")
+                except OSError:
+                    pass
+                raise OSError(e.errno, f"cannot write {conf}: {e.strerror}") from None
+        except OSError:
+            self.close()
+            raise
         self.backend.written()
 
         self._signals = SignalsAsExceptions()   # inert until run() enters one
