@@ -901,7 +901,6 @@ def bench_e2e(env, spec, worker_counts, seconds, warmup, envs_per_worker=1,
         spent = run.trainer.backend.loss_totals() - before
         run.stop()
         fs = run.frame_skip
-        rows.extend(_step_breakdown(f"{n}{kk}", spent))
         rows.append(Row(f"train steps/s w{n}{kk}", rates, "steps/s",
                         f"{n} worker {kind}{per}; mean {mean:.0f} over {seconds:g}s after warm-up "
                         f"(all workers updating {run.ramp_s:.1f}s after the first)",
@@ -909,6 +908,7 @@ def bench_e2e(env, spec, worker_counts, seconds, warmup, envs_per_worker=1,
                          "processes": bool(processes)}))
         rows.append(Row(f"train frames/s w{n}{kk}", [r * fs for r in rates], "frames/s",
                         f"steps/s x frame skip {fs}; mean {mean * fs:.0f}", {"workers": n, "mean": mean * fs}))
+        rows.extend(_step_breakdown(f"{n}{kk}", spent))
         if n == 1:
             base = mean
         if base and n > 1:

@@ -159,9 +159,24 @@ def _run_trainer(trainer, cfg, TrainingError):
         res = trainer.run(announce=lambda: print(line, flush=True), exiting=True)
     except TrainingError as e:
         print(f"a3c train: error: {e}", file=sys.stderr)
-        return 1
+        return _exit_past_stuck(trainer, 1)
     print(final_line(res), flush=True)
-    return res.exit_code
+    return _exit_past_stuck(trainer, res.exit_code)
+
+
+def _exit_past_stuck(trainer, code):
+    """``code``, or, when a worker thread is still stuck in a C call (its
+    engine killed, the final checkpoint and summary written), the process
+    ends here with ``os._exit(code)``: the interpreter's shutdown could wait
+    on that thread, or run a library's teardown under it."""
+    if not trainer.stuck_workers:
+        return code
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def cmd_eval(args):

@@ -33,4 +33,8 @@ def final_line(res) -> str:
                  f"({res.best_checkpoint})")
     if res.skipped_updates:
         line += f"; {res.skipped_updates} updates skipped (non-finite gradients)"
+    restarts = getattr(res, "env_restarts", 0)
+    if restarts:
+        line += (f"; {restarts} env restart{'s' * (restarts > 1)} after a crash or a hang "
+                 f"(errors.log)")
     return line

@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     if a.compare:
         with open(a.compare) as fh:
             want = json.load(fh)
-        got = episode_log(want["env"], want["steps"], want["seed"])
+        got = episode_log(want["env"], want["steps"], want["seed"], want.get("extra", ()))
         same = got["episodes"] == want["episodes"] and same_params(got, want)
         print(f"{a.compare}: {'the same' if same else 'DIFFERENT'} "
               f"({len(got['episodes'])} episodes against {len(want['episodes'])})")

@@ -44,7 +44,7 @@ A case passes when its outcome is the expected one and it has no orphan, no
 lost data and no failed check.
 
 Faults (group ``fault``: a full disk, a second Ctrl-C while stopping, a bad
-``done`` mask) also get a *fault outcome*, the case's ``fault`` naming the
+``done`` mask, a ViZDoom engine killed or stopped mid-run) also get a *fault outcome*, the case's ``fault`` naming the
 one it must have:
 
 * ``survived`` - the run went on through the fault and finished (rc 0), its
@@ -1041,6 +1041,94 @@ def drive_kill_mid_write(proc, ctx):
     proc.killpg(signal.SIGKILL)
 
 
+# -- engine faults (a crashed or hung ViZDoom engine) ----------------------------------
+#: a doom:basic run that ends by its budget (the engine faults come 1 s after
+#: its first checkpoint)
+DOOM_FAULT = ["train", "--env", "doom:basic", "--workers", "1", "--total-steps", "0",
+              "--total-seconds", "10", "--no-tensorboard", "--checkpoint-interval", "1",
+              "--log-interval", "0.5", "--run-dir", "{tmp}/run"]
+
+
+def _cmdline_of(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+
+
+def engine_pid(trainer_pid):
+    """The pid of the ViZDoom engine a trainer started (a direct child whose
+    command line is the engine's, not its guard's), or None."""
+    for pid in children_of(trainer_pid):
+        cmd = _cmdline_of(pid)
+        if _parent_of(pid) == trainer_pid and b"vizdoom" in cmd and b"_engine_guard" not in cmd:
+            return pid
+    return None
+
+
+def _parent_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _engine_fault(sig, then_sigterm_after=None):
+    """Send ``sig`` to the run's engine 1 s after its first checkpoint; with
+    ``then_sigterm_after``, SIGTERM the trainer that many seconds later and
+    time its exit."""
+    def drive(proc, ctx):
+        if not proc.wait_until(lambda: os.path.exists(_latest(ctx)), timeout=150):
+            return
+        time.sleep(1.0)
+        pid = engine_pid(proc.pid)
+        proc.kids |= children_of(proc.pid)
+        if pid is None:
+            ctx.notes.append("no engine process found")
+            return
+        os.kill(pid, sig)
+        ctx.notes.append(f"engine {signal.Signals(sig).name} 1 s after the first checkpoint")
+        if then_sigterm_after is not None:
+            time.sleep(then_sigterm_after)
+            t0 = time.monotonic()
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+            ctx.exit_seconds = time.monotonic() - t0
+            ctx.notes.append(f"SIGTERM {then_sigterm_after:g} s later: exited in "
+                             f"{ctx.exit_seconds:.1f} s")
+    return drive
+
+
+def check_engine_restarted(ctx):
+    """The run went on to its budget: one env restart in summary.json and
+    errors.log, a loadable checkpoint."""
+    problems = check_latest_loads(ctx)
+    d = _summary(ctx)
+    if d is None:
+        return problems + ["no summary.json"]
+    if d.get("env_restarts") != 1:
+        problems.append(f"summary.json env_restarts {d.get('env_restarts')!r}, expected 1")
+    log = os.path.join(ctx.tmp, "run", "errors.log")
+    if not os.path.exists(log) or "restarted" not in open(log).read():
+        problems.append("no restart in errors.log")
+    if d.get("status") == "done":
+        ctx.notes.append(f"went on to {d.get('seconds', 0):.0f} s, {d.get('steps', 0):,} steps")
+    return problems
+
+
+def check_stopped_within_10s(ctx):
+    problems = check_interrupted(ctx)
+    took = getattr(ctx, "exit_seconds", None)
+    if took is None or took > 10.0:
+        problems.append(f"exited {took} s after SIGTERM, not within 10 s")
+    return problems
+
+
 # -- the cases ------------------------------------------------------------------------
 def _flag(name, flags, words, base=CART, bug="", needs=(), group="config flag"):
     return Case(name, group, base + list(flags), words=tuple(words), bug=bug, needs=needs)
@@ -1240,6 +1328,19 @@ CASES = [
     Case("sigint-twice-while-stopping", "fault", CART_LONG, expect="ok", rc=(130,),
          contains=("interrupted",), absent=("a3c train: error",),
          drive=drive_double_sigint, check=check_interrupted, repeat=5, fault="clean stop"),
+    # a crashed engine is rebuilt in place; a hung one is killed by the step watchdog;
+    # a signal stops the run within 10 s whatever its worker is stuck in (issue 73)
+    Case("doom-engine-killed", "fault", DOOM_FAULT, expect="ok", rc=(0,),
+         contains=("failed and was rebuilt", "done:"), needs=("doom",),
+         drive=_engine_fault(signal.SIGKILL), check=check_engine_restarted, fault="survived"),
+    Case("doom-engine-hung-watchdog", "fault", DOOM_FAULT + ["--env-step-timeout", "3"],
+         expect="ok", rc=(0,), contains=("watchdog killed its engine", "done:"),
+         needs=("doom",), drive=_engine_fault(signal.SIGSTOP), check=check_engine_restarted,
+         fault="survived"),
+    Case("doom-engine-hung-then-sigterm", "fault", DOOM_LONG, expect="ok", rc=(143,),
+         contains=("interrupted:",), needs=("doom",),
+         drive=_engine_fault(signal.SIGSTOP, then_sigterm_after=4.0),
+         check=check_stopped_within_10s, fault="clean stop"),
     Case("act-batch-float-done-mask", "fault", ["act-batch", "{cart}", "--done", "0.5"],
          words=("done",), module="reliability_probe", fault="clean stop"),
 ]

@@ -214,8 +214,14 @@ def test_bench_e2e_with_several_envs_per_worker(monkeypatch):
     monkeypatch.setattr(bench, "_TrainerRun", Spy)
     rows = bench.bench_e2e("CartPole-v1", "mlp", [1], 0.6, 0.2, envs_per_worker=2)
     assert seen == [[2]]
-    assert rows[0].name == "train steps/s w1" and "2 envs each" in rows[0].notes
-    assert rows[0].median > 0
+    train = [r for r in rows if r.name.startswith("train steps/s")]
+    assert train[0].name == "train steps/s w1 k2" and "2 envs each" in train[0].notes
+    assert train[0].median > 0
+    # where its agent steps went: env, forward, backward, apply, glue
+    parts = {r.name.split()[1]: r for r in rows if r.name.startswith("step ")}
+    assert set(parts) == {"env", "forward", "backward", "apply", "glue"}
+    assert all(parts[k].median > 0 for k in ("env", "forward", "backward", "apply"))
+    assert sum(r.extra["share"] for r in parts.values()) == pytest.approx(1.0)
 
 
 def _second_worker_late(at_window):
@@ -228,10 +234,10 @@ def _second_worker_late(at_window):
             super().__init__(*a, **k)
             make = self.trainer.make_worker
 
-            def late(wid, store=None):
+            def late(wid, store=None, **kw):
                 if wid == 1:
                     _time.sleep(0.6)
-                return make(wid, store)
+                return make(wid, store, **kw)
             self.trainer.make_worker = late
 
         def sample_rates(self, seconds, tick=0.5):

@@ -2,7 +2,7 @@ import importlib.util
 
 import pytest
 
-from a3c_core.train.config import (REMOVED_FIELDS, SAVED_RUN_DEFAULTS, Config, ConfigError,
+from a3c_core.train.config import (REMOVED_FIELDS, rollout_defaults, SAVED_RUN_DEFAULTS, Config, ConfigError,
                                    removed_flag, resolve)
 
 #: ale-py registers the Atari ids of gymnasium's form (PongNoFrameskip-v4);
@@ -18,8 +18,21 @@ def _r(obs_kind="image", **kw):
 def test_defaults_are_the_standard_workload():
     c = Config().validate()
     assert c.env == "doom:basic"
-    assert (c.t_max, c.gamma, c.gae_lambda) == (20, 0.99, None)
+    assert (c.t_max, c.envs_per_worker, c.gamma, c.gae_lambda) == (None, None, 0.99, None)
     assert (c.value_coef, c.max_grad_norm) == (0.5, 40.0)
+    # doom:basic's batched worker: 8 envs per worker, t_max 5, Adam at 2x
+    d = rollout_defaults(c)
+    assert (d.envs_per_worker, d.t_max) == (8, 5)
+    assert resolve(c).lr == pytest.approx(2e-4)
+    # the paper's worker where K = 1 is asked for, or on other scenarios
+    p1 = rollout_defaults(c.replace(envs_per_worker=1))
+    assert (p1.envs_per_worker, p1.t_max) == (1, 20)
+    assert _r(envs_per_worker=1).lr == pytest.approx(1e-4)
+    mw = rollout_defaults(c.replace(env="doom:my_way_home"))
+    assert (mw.envs_per_worker, mw.t_max) == (1, 20)
+    assert _r(envs_per_worker=4, t_max=10).lr == pytest.approx(2e-4)     # 40 rows / 20
+    assert _r(envs_per_worker=4, t_max=5).lr == pytest.approx(1e-4)      # 20 rows: 1x
+    c = c.replace(envs_per_worker=1)
     r = resolve(c)
     assert r.entropy_beta == 0.01 and c.entropy_beta is None     # the family's
     assert r.gae_lambda == 1.0                                    # the family's
@@ -35,8 +48,8 @@ def test_defaults_are_the_standard_workload():
 def test_resolve_learning_rate_per_family_spec_and_optimizer():
     # Adam: 1e-4 on doom and Atari, 3e-4 on the vector specs (docs/defaults.md);
     # an explicit lr always wins
-    assert _r().lr == pytest.approx(1e-4)
-    assert _r(spec="doom-lstm").lr == pytest.approx(1e-4)
+    assert _r().lr == pytest.approx(2e-4)        # doom:basic's 8 envs x t_max 5: 2x
+    assert _r(spec="doom-lstm", envs_per_worker=1).lr == pytest.approx(1e-4)
     cart = dict(env="CartPole-v1")
     assert _r("vector", **cart).spec == "mlp-lstm"
     assert _r("vector", **cart).lr == pytest.approx(3e-4)
@@ -277,8 +290,9 @@ def test_shipped_config_files_load():
     for f in files:
         Config.from_toml(str(f))
     basic = Config.from_toml(str(root / "doom_basic.toml"))
-    assert basic == Config().replace(spec="doom-lstm", frame_skip=4, lr=1e-4, lr_anneal=True,
-                                     entropy_beta=0.01, gae_lambda=1.0, obs_norm=True)
+    assert basic == Config().replace(spec="doom-lstm", frame_skip=4, lr=2e-4, lr_anneal=True,
+                                     entropy_beta=0.01, gae_lambda=1.0, obs_norm=True,
+                                     envs_per_worker=8, t_max=5)
     rb, rd = resolve(basic), resolve(Config())
     assert rb.obs_norm == rd.obs_norm is True
     assert rb.merge_below == rd.merge_below
@@ -309,7 +323,7 @@ def test_merge_below_is_on_by_default_and_carried_to_the_workers():
     assert Config().merge_below == 8.0 and _r().merge_below == 8.0
     assert _r().records_resets                 # the warm-up compiles the reset variant
     assert _r(merge_below=0.0).merge_below == 0.0
-    assert not _r(merge_below=0.0).records_resets
+    assert not _r(merge_below=0.0, envs_per_worker=1).records_resets
     assert _r(merge_below=0.0, envs_per_worker=2).records_resets
     with pytest.raises(ConfigError, match="merge_below"):
         Config(merge_below=-1.0).validate()

@@ -125,6 +125,17 @@ def test_child_killed_mid_episode_raises_clear_error_not_hang():
     env.close()  # still fine after the child died
 
 
+def test_kill_engine_kills_the_child_and_the_next_call_raises():
+    """What the step watchdog does to a hung env process (a3c_core.train.watchdog)."""
+    env = make_env("CartPole-v1", seed=0, env_process=True)
+    env.reset()
+    assert env.kill_engine() is True
+    with pytest.raises(EnvProcessError, match="SIGKILL"):
+        env.step(0)
+    assert env.kill_engine() is False       # gone already
+    env.close()
+
+
 def test_child_killed_while_worker_waits():
     """The worker is blocked in step() when the child dies: it gets the error."""
     pytest.importorskip("ale_py")

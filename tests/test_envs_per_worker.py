@@ -228,7 +228,7 @@ def test_warm_up_compiles_the_reset_variant_for_several_envs(tmp_path, monkeypat
     from a3c_core.train.config import resolve
     from a3c_core.train.trainer import Trainer
 
-    assert not resolve(Config(merge_below=0.0)).records_resets
+    assert not resolve(Config(merge_below=0.0, envs_per_worker=1)).records_resets
     assert resolve(Config(merge_below=0.0, envs_per_worker=2)).records_resets
     assert resolve(Config()).records_resets
     seen = []

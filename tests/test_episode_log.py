@@ -19,7 +19,7 @@ def test_one_worker_plays_the_stored_episodes(name):
         pytest.importorskip("gymnasium")
     with open(os.path.join(DATA, name)) as fh:
         want = json.load(fh)
-    got = episode_log(want["env"], want["steps"], want["seed"])
+    got = episode_log(want["env"], want["steps"], want["seed"], want.get("extra", ()))
     assert len(got["episodes"]) == len(want["episodes"])
     assert got["episodes"] == want["episodes"]
     assert same_params(got, want), (got["params_norm"], want["params_norm"])

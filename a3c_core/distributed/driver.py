@@ -344,6 +344,8 @@ class RayBackend(Backend):
         for wid, ret, length, end in r["episodes"]:
             idx = self.trainer.shared.add_episodes(1)
             self.trainer._on_episode(wid, ret, length, idx, end=end)
+        for restart in r.get("restarts", ()):
+            self.trainer.env_restarted(*restart)
         s.loss_now = np.asarray(r["losses"], np.float64)
         s.sync = r["sync"]
         s.consecutive_skips = r["consecutive_skips"]

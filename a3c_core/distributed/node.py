@@ -47,6 +47,8 @@ from a3c_core.obs import ObsPipeline
 from a3c_core.train.build import build_parts, new_network, worker_offset
 from a3c_core.train.config import env_args
 from a3c_core.train.trainer import _allowed_cores, _pin_thread, _seed_of
+from a3c_core.train.backends import STOP_GRACE
+from a3c_core.train.watchdog import StepWatchdog, kill_engines
 from a3c_core.train.worker import LossStats, ThreadStore, Worker
 from a3c_core.warmup import warm_up_network
 
@@ -141,6 +143,9 @@ class Node:
         self.sync_thread = None
         self.sync_stats = {"rounds": 0, "seconds": 0.0, "bytes": 0, "max_seconds": 0.0}
         self.started = False
+        self.restarts = []        # env restarts not yet polled: on_env_restart's arguments
+        self._restart_lock = threading.Lock()
+        self.watchdog = None
 
     # -- setup ------------------------------------------------------------
     def ready(self):
@@ -186,6 +191,9 @@ class Node:
         self.sync_thread = threading.Thread(target=self._sync_main, daemon=True,
                                             name=f"a3c-node{self.index}-sync")
         self.sync_thread.start()
+        self.watchdog = StepWatchdog(lambda: self.workers, self.cfg.env_step_timeout,
+                                     lambda line: print(f"node {self.index}: {line}", flush=True))
+        self.watchdog.start()
         return self.ready()
 
     def poll(self, global_steps=None):
@@ -203,6 +211,7 @@ class Node:
         return {
             "steps": c["steps"], "updates": c["updates"], "skipped": c["skipped_updates"],
             "episodes": self.store.drain(),
+            "restarts": self._drain_restarts(),
             "losses": np.sum(arrs, axis=0) if arrs else np.zeros(len(LossStats.FIELDS)),
             "consecutive_skips": self.store.consecutive_skips,
             "sync": dict(self.sync_stats),
@@ -216,8 +225,17 @@ class Node:
         returns the final :meth:`poll`."""
         self.stop_event.set()
         deadline = time.monotonic() + timeout
+        grace = time.monotonic() + min(timeout, STOP_GRACE)
+        for th in self.threads:
+            th.join(max(0.1, grace - time.monotonic()))
+        for i, th in enumerate(self.threads):
+            if th.is_alive():       # stuck in an env call: its call raises, it ends
+                w = self.workers[i]
+                kill_engines(w.envs if w is not None else (self.envs[i] or ()))
         for th in self.threads:
             th.join(max(0.1, deadline - time.monotonic()))
+        if self.watchdog is not None:
+            self.watchdog.stop()
         if self.sync_thread is not None:
             self.sync_thread.join(max(0.1, deadline - time.monotonic()))
         self._close_envs()
@@ -256,22 +274,42 @@ class Node:
                 _pin_thread({cores[(core_offset + i) % len(cores)]})
             K = cfg.envs_per_worker
             envs = self.envs[i] = []
-            for j in range(K):          # (env j > 0: envs_per_worker)
+
+            def build(j):               # (env j > 0: envs_per_worker)
                 key = (cfg.seed, gw, st["resumes"], self.nonce) + ((j,) if j else ())
-                envs.append(make_env(cfg.env, seed=_seed_of(*key), runtime_dir=self.runtime_dir,
-                                     **env_args(cfg)))
+                return make_env(cfg.env, seed=_seed_of(*key), runtime_dir=self.runtime_dir,
+                                **env_args(cfg))
+
+            def remake(j):              # the same seed, kept where _close_envs finds it
+                env = envs[j] = build(j)
+                return env
+
+            for j in range(K):
+                envs.append(build(j))
             env = envs[0]
             pipe = ObsPipeline(self.plan.pipeline_spec, env.obs_shape)
             rng = np.random.default_rng([cfg.seed, gw, st["resumes"], self.nonce])
             w = self.workers[i] = Worker(
                 gw, envs if K > 1 else env, new_network(self.plan), pipe, self.store,
                 self.plan.settings, rng,
-                offset=worker_offset(i, self.n_workers, self.shared.n_params))
+                offset=worker_offset(i, self.n_workers, self.shared.n_params),
+                remake_env=remake, env_restarts=cfg.env_restarts,
+                on_env_restart=self._env_restarted)
             with blas_threads(1):
                 w.run(self.stop_event)
         except BaseException:  # noqa: BLE001 - reported to the driver by poll()
             self.errors.append(("worker", f"node {self.index} worker {gw}:\n{traceback.format_exc()}"))
             self.stop_event.set()
+
+    def _env_restarted(self, wid, k, summary, text, count, limit):
+        """Queued for the driver, which writes errors.log and the warning line."""
+        with self._restart_lock:
+            self.restarts.append((wid, k, summary, f"node {self.index}: {text}", count, limit))
+
+    def _drain_restarts(self):
+        with self._restart_lock:
+            out, self.restarts = self.restarts, []
+        return out
 
     def _sync_main(self):
         every, period = int(self.setup["sync_every"]), float(self.setup["sync_ms"]) / 1000.0

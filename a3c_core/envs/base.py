@@ -107,6 +107,15 @@ class Env:
     def close(self):
         """Release the simulator and remove runtime files. Idempotent."""
 
+    def kill_engine(self) -> bool:
+        """SIGKILL the process this env's simulator runs in (a ViZDoom
+        engine, an env's child process), from any thread, so that a call
+        stuck in it raises; True if there was one to kill.  The env is
+        unusable afterwards (close it).  Default: False, an env stepped in
+        this process has no engine to kill (the step watchdog,
+        :mod:`a3c_core.train.watchdog`, can then only report the hang)."""
+        return False
+
     def seconds_per_step(self) -> tuple:
         """Game time one :meth:`step` covers, and how it was derived (a GIF's
         frame duration): ``frame_skip`` frames at the simulator's rate

@@ -237,6 +237,46 @@ def _make_private_dir(parent):
 ENGINE_GUARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_engine_guard.py")
 
 
+#: the file in an env's runtime dir where its launcher writes the engine's pid
+ENGINE_PID_FILE = "engine.pid"
+
+
+def _engine_pid(work_dir):
+    """The pid of the engine started from ``work_dir``, or None: the one its
+    launcher wrote (checked to be a child of this process), else a child of
+    this process whose command line names ``work_dir`` (the engine's
+    ``_vizdoom.ini`` is there)."""
+    me = os.getpid()
+    try:
+        with open(os.path.join(work_dir, ENGINE_PID_FILE)) as fh:
+            pid = int(fh.read().strip())
+        if _parent_of(pid) == me:
+            return pid
+    except (OSError, ValueError):
+        pass
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return None
+    for d in names:
+        if d.isdigit() and _parent_of(int(d)) == me:
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as fh:
+                    if os.fsencode(work_dir) in fh.read():
+                        return int(d)
+            except OSError:
+                continue
+    return None
+
+
+def _parent_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _write_launcher(work_dir, engine):
     """Shell launcher that runs the engine with ``work_dir`` as its cwd, in its
     own session (a terminal's Ctrl-C does not reach it) and with a watchdog
@@ -255,6 +295,8 @@ def _write_launcher(work_dir, engine):
             "# SIGINT stays ignored across exec (the engine is stopped by close/SIGKILL)\n"
             "trap '' INT\n"
             f"cd {shlex.quote(work_dir)} || exit 1\n"
+            "# the engine keeps this pid through both execs (DoomEnv.kill_engine)\n"
+            f"echo $$ > {ENGINE_PID_FILE}\n"
             f'exec {guard}{shlex.quote(engine)} "$@"\n'
         )
     os.chmod(path, 0o700)
@@ -291,8 +333,13 @@ def _remove_dir(work_dir, runtime_dir):
             pass
 
 
-def _release(game, work_dir, runtime_dir):
+def _release(game, work_dir, runtime_dir, pidfd=None):
     """Finalizer: close the engine, then remove its runtime files."""
+    if pidfd is not None:
+        try:
+            os.close(pidfd)
+        except OSError:
+            pass
     if game is not None:
         with INIT_LOCK:
             try:
@@ -371,6 +418,8 @@ class DoomEnv(Env):
         self.render = bool(render)
         self._game = None
         self._closed = False
+        self.engine_pid = None
+        self._engine_fd = None
 
         game = vzd.DoomGame()
         game.load_config(self.cfg_path)
@@ -402,8 +451,18 @@ class DoomEnv(Env):
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         self._game = game
+        # the engine's process, for kill_engine (the step watchdog, a stuck shutdown);
+        # a pidfd names this process only, however late the kill comes
+        self.engine_pid = _engine_pid(self._work_dir)
+        self._engine_fd = None
+        if self.engine_pid is not None and hasattr(os, "pidfd_open"):
+            try:
+                self._engine_fd = os.pidfd_open(self.engine_pid)
+            except OSError:
+                pass
         self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _release, game, self._work_dir, runtime_dir)
+        self._finalizer = weakref.finalize(self, _release, game, self._work_dir, runtime_dir,
+                                           self._engine_fd)
 
         buttons = [b.name for b in game.get_available_buttons()]
         # preallocated button vectors, indexed by action (no per-step allocation)
@@ -546,6 +605,24 @@ class DoomEnv(Env):
         except Exception:  # noqa: BLE001 - older vizdoom / closed game: the engine default
             pass
         return rate, f"{rate} tics/s"
+
+    def kill_engine(self) -> bool:
+        """SIGKILL the engine process (from any thread): a ``make_action``
+        waiting on it raises (ViZDoom: an unexpected exit of its instance).
+        True if a signal was sent."""
+        if self._closed or self.engine_pid is None:
+            return False
+        import signal
+
+        fd = self._engine_fd
+        try:
+            if fd is not None:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            else:
+                os.kill(self.engine_pid, signal.SIGKILL)
+        except OSError:         # gone already (or the fd closed by a racing close)
+            return False
+        return True
 
     def close(self):
         if not self._closed:

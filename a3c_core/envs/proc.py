@@ -324,6 +324,18 @@ class ProcEnv(Env):
             fin()
         self._sock = None
 
+    def kill_engine(self) -> bool:
+        """SIGKILL the env's child process (a call waiting on it then raises
+        :class:`EnvProcessError`); True if it was running."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return False
+        try:
+            proc.kill()
+        except OSError:
+            return False
+        return True
+
     def _close_handles(self):
         """After the child died: release our side only."""
         self._closed = True

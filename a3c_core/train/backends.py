@@ -11,12 +11,14 @@ in Ray node actors.
 """
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import traceback
 
 import numpy as np
 
+from a3c_core.train.watchdog import kill_engines
 from a3c_core.train.worker import LossStats
 
 __all__ = ["Backend", "ThreadBackend", "TrainingError"]
@@ -30,14 +32,29 @@ class TrainingError(RuntimeError):
         self.worker_tracebacks = list(worker_tracebacks)
 
 
-def join_all(threads):
-    """Join ``threads``; a second Ctrl-C meanwhile keeps waiting (data first)."""
+#: seconds stopping workers get to end their rollout before the engines of
+#: those still running are killed (a thread stuck in a C call cannot be joined)
+STOP_GRACE = 3.0
+#: seconds they then get to end once their engines are gone; a thread still
+#: alive after that is left behind (:attr:`Backend.stuck`)
+KILL_GRACE = 3.0
+
+
+def join_all(threads, timeout=None):
+    """Join ``threads``, for at most ``timeout`` seconds in all (None: no
+    limit); a second Ctrl-C meanwhile keeps waiting (data first).  Returns
+    the threads still alive."""
+    deadline = None if timeout is None else time.monotonic() + timeout
     for th in threads:
         while th.is_alive():
+            left = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+            if left <= 0:
+                break
             try:
-                th.join(0.5)
+                th.join(left)
             except KeyboardInterrupt:
                 pass
+    return [th for th in threads if th.is_alive()]
 
 
 class Backend:
@@ -56,6 +73,9 @@ class Backend:
         self.why = why          #: why this backend was chosen (the run line)
         self.trainer = None
         self.workers = []
+        #: workers that did not stop (stuck in a call even after their engines
+        #: were killed): their envs are left to the process's exit
+        self.stuck = []
 
     def bind(self, trainer) -> None:
         self.trainer = trainer
@@ -146,10 +166,30 @@ class Backend:
         return np.sum(arrs, axis=0) if arrs else np.zeros(len(LossStats.FIELDS))
 
 
+def step_watchdog(trainer, workers):
+    """The run's :class:`~a3c_core.train.watchdog.StepWatchdog` over
+    ``workers()`` (started; inert with ``env_step_timeout`` 0)."""
+    from a3c_core.train.watchdog import StepWatchdog
+
+    def report(line):
+        print(line, file=sys.stderr, flush=True)
+
+    return StepWatchdog(workers, trainer.cfg.env_step_timeout, report).start()
+
+
 class ThreadBackend(Backend):
-    """Workers as threads of this process, Hogwild on the trainer's shared arrays."""
+    """Workers as threads of this process, Hogwild on the trainer's shared arrays.
+
+    A step watchdog thread (:mod:`a3c_core.train.watchdog`) watches their
+    env calls.  Stopping is bounded: workers get :data:`STOP_GRACE` seconds
+    to end their rollout; then the engines of those still running are
+    killed (their env calls raise and, stopping, they end) and they get
+    :data:`KILL_GRACE` more; a thread still alive is left behind in
+    :attr:`stuck` (its envs are not closed under it; the CLI ends the
+    process with ``os._exit`` once the final checkpoint is written)."""
 
     name = "worker threads"
+    _watchdog = None
 
     def start(self):
         t = self.trainer
@@ -160,6 +200,7 @@ class ThreadBackend(Backend):
         t.t_start = time.perf_counter()
         for th in threads:
             th.start()
+        self._watchdog = step_watchdog(t, lambda: self.workers)
         return threads
 
     def _worker_main(self, wid):
@@ -176,4 +217,23 @@ class ThreadBackend(Backend):
         return any(th.is_alive() for th in threads)
 
     def stop(self, threads) -> None:
-        join_all(threads or [])
+        threads = threads or []
+        left = join_all(threads, STOP_GRACE)
+        if left:
+            t = self.trainer
+            K = t.cfg.envs_per_worker
+            for i, th in enumerate(threads):
+                if th.is_alive():
+                    w = self.workers[i]
+                    envs = w.envs if w is not None else t._envs[i * K:(i + 1) * K]
+                    killed = kill_engines(envs)
+                    print(f"worker {i} did not stop within {STOP_GRACE:g} s (stuck in an env "
+                          f"call?): {killed} engine{'s' * (killed != 1)} killed", file=sys.stderr,
+                          flush=True)
+            left = join_all(threads, KILL_GRACE)
+        self.stuck = [i for i, th in enumerate(threads) if th.is_alive()]
+        if self.stuck:
+            print(f"worker{'s' * (len(self.stuck) > 1)} {', '.join(map(str, self.stuck))} still "
+                  "stuck: left to the process's exit", file=sys.stderr, flush=True)
+        if self._watchdog is not None:
+            self._watchdog.stop()

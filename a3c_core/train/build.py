@@ -24,7 +24,7 @@ from a3c_core.core import SharedState, make_optimizer
 from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer
 from a3c_core.nn.network import build_network
 from a3c_core.obs import ObsPipeline, estimate_image_norm
-from a3c_core.train.config import Config, ConfigError, Resolved, resolve
+from a3c_core.train.config import Config, ConfigError, Resolved, resolve, rollout_defaults
 from a3c_core.train.worker import RolloutSettings
 
 __all__ = ["RunPlan", "RunParts", "plan_run", "build_parts", "restore_checkpoint",
@@ -136,6 +136,7 @@ def plan_run(cfg: Config, env, ckpt=None) -> RunPlan:
     """Decide a run from ``cfg`` and its first ``env`` (and, resuming, the
     checkpoint ``ckpt``, whose env, preprocessing and learning rate it keeps).
     A new run with ``obs_norm`` measures the image normalization in ``env``."""
+    cfg = rollout_defaults(cfg)
     if ckpt is not None and ckpt.env_spec.get("id", env.env_id) != env.env_id:
         raise CheckpointError(
             f"checkpoint {ckpt.path} was trained on env {ckpt.env_spec.get('id')!r}, not "
@@ -234,6 +235,7 @@ def check_memory(cfg: Config, plan: RunPlan, env, available=None) -> None:
             available = int(info["MemAvailable"].split()[0]) * 1024
         except (OSError, KeyError, ValueError):
             return
+    cfg = rollout_defaults(cfg)
     n, k = plan.resolved.n_workers, cfg.envs_per_worker
     net = new_network(plan)
     row = sum(a.nbytes for L in net.layers for a in L.workspace(1, net.dtype).values())

@@ -5,7 +5,8 @@ Scalar names follow one scheme (as CleanRL): ``charts/episodic_return``,
 ``charts/moving_avg_return`` (short window), ``charts/long_avg_return`` (long
 window), ``charts/reward_scale`` (when rewards are normalized),
 ``losses/policy_loss``, ``losses/value_loss``, ``losses/entropy``,
-``losses/grad_norm``, ``losses/skipped_updates``.
+``losses/grad_norm``, ``losses/skipped_updates``, ``charts/env_restarts`` (the
+run's env restarts so far, written at each one).
 
 * ``metrics.csv``: ``wall_time,step,name,value`` (one row per scalar);
 * ``episodes.csv``: ``episode,wall_time,step,worker,return,length,end`` with

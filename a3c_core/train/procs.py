@@ -50,9 +50,9 @@ import numpy as np
 
 from a3c_core._fpenv import flush_denormals
 from a3c_core.envs.proc import _describe_exit
-from a3c_core.train.backends import Backend
+from a3c_core.train.backends import Backend, step_watchdog
 from a3c_core.train.config import ConfigError
-from a3c_core.train.worker import LossStats, ThreadStore
+from a3c_core.train.worker import LossStats, RolloutAborted, ThreadStore
 
 __all__ = ["ProcessBackend", "ProcStore", "SharedBlock"]
 
@@ -61,8 +61,10 @@ S_STEPS, S_UPDATES, S_SKIPPED, S_CONSEC, S_OPT_STEP = range(5)
 N_SCALARS = 5
 
 #: seconds a stopping worker process may take (its rollout, closing its envs)
-#: before it is killed
-STOP_TIMEOUT = 60.0
+#: before it is killed (its engines and env processes die with it: their
+#: guards watch it).  A process stuck in an env call would otherwise hold
+#: the run past its signal.
+STOP_TIMEOUT = 5.0
 
 
 class SharedBlock:
@@ -262,25 +264,39 @@ class ProcessBackend(Backend):
         t = self.trainer
         for r in self._conns:                  # the earlier workers' pipes: not ours
             r.close()
+        watchdog = None
         try:
             t.pin_worker(wid)
             store = ProcStore(t.shared, t.normalizer, t.adv_normalizer,
                               self._block["scalars"], self._lock, conn)
-            w = t.make_worker(wid, store)
+
+            def restarted(wid, k, summary, text, count, limit):
+                # the trainer writes errors.log and the warning line
+                conn.send(("restart", wid, k, summary, text, count, limit))
+
+            w = t.make_worker(wid, store, on_env_restart=restarted)
             rows, merging = self._block["losses"], self._block["merging"]
             stop, total = self._pstop, t.cfg.total_steps
+            w.stopping = stop
+            watchdog = step_watchdog(t, lambda: [w])     # this process's one worker
             with flush_denormals():         # as Worker.run does (a3c_core._fpenv)
                 while not stop.is_set():
                     if total and store.steps >= total:
                         break
-                    w.rollout()
+                    try:
+                        w.rollout()
+                    except RolloutAborted:      # stopping while an env failed
+                        break
                     rows[wid] = w.stats.as_array()
                     merging[wid] = w.merging
+            rows[wid] = w.stats.as_array()
             conn.send(("done", wid))
         except BaseException:  # noqa: BLE001 - reported to the trainer
             conn.send(("error", wid, traceback.format_exc()))
             raise SystemExit(1) from None
         finally:
+            if watchdog is not None:
+                watchdog.stop()
             t.close_envs()
 
     def _drain(self, timeout=0.0):
@@ -297,6 +313,8 @@ class ProcessBackend(Backend):
                     msg = r.recv()
                     if msg[0] == "episode":
                         episodes.append(msg)
+                    elif msg[0] == "restart":
+                        t.env_restarted(*msg[1:])
                     elif msg[0] == "error":
                         self._reported.add(wid)
                         t.errors.append((wid, msg[2]))
@@ -351,8 +369,12 @@ class ProcessBackend(Backend):
                     p.join(0.05)
             except KeyboardInterrupt:   # a second Ctrl-C: keep waiting, data first
                 pass
-        for p in procs:
+        for wid, p in enumerate(procs):
             if p.is_alive():
+                print(f"worker process {wid} (pid {p.pid}) did not stop within "
+                      f"{STOP_TIMEOUT:g} s: killed (its engines with it)", file=sys.stderr,
+                      flush=True)
+                self._reported.add(wid)     # killed here: not a failure of the run
                 p.kill()
                 p.join()
         self._drain()

@@ -59,11 +59,13 @@ class SelfImitation:
         self.buf = []          # (return, obs, actions, raw rewards), best first
         self.credit = 0.0
 
-    def record(self, k, obs, actions, raw, ends):
+    def record(self, k, obs, actions, raw, ends, dropped=()):
         """Env ``k``'s rows of one rollout, in time order (``obs`` ``(n,
         *obs_shape)``, ``actions`` ``(n,)``, ``raw`` ``(n,)``) and the rows
         after which its episodes ended (``ends``, increasing): copied into
-        its open episode; each ended episode is offered to the buffer."""
+        its open episode; each ended episode is offered to the buffer, but
+        one whose end is in ``dropped`` (its env failed and was rebuilt) is
+        discarded."""
         a0 = 0
         for b0 in list(ends) + [len(actions)]:
             rows = self.open_rows[k]
@@ -75,7 +77,10 @@ class SelfImitation:
                     self.open[k].append((np.array(obs[a0:b0]), np.array(actions[a0:b0]),
                                          np.array(raw[a0:b0], np.float64)))
                     self.open_rows[k] = rows + b0 - a0
-            if b0 in ends:
+            if b0 in dropped:
+                self.open[k] = []
+                self.open_rows[k] = 0
+            elif b0 in ends:
                 self._close(k)
             a0 = b0
 

@@ -44,10 +44,12 @@ from a3c_core.obs import ObsPipeline
 from a3c_core.train.backends import Backend, ThreadBackend, TrainingError
 from a3c_core.train.build import (build_parts, check_memory, new_network, plan_run,
                                    restore_checkpoint, worker_offset)
-from a3c_core.train.config import Config, ConfigError, backend_choice, env_args
+from a3c_core.train.config import (Config, ConfigError, backend_choice, env_args,
+                                    rollout_defaults)
 from a3c_core.train.logger import MetricsLogger
 from a3c_core.train.procs import ProcessBackend
 from a3c_core.train.signals import SIGNAL_EXIT, SignalsAsExceptions, StopSignal
+from a3c_core.train.watchdog import kill_engine
 from a3c_core.train.worker import ThreadStore, Worker
 from a3c_core.warmup import warm_up_network
 
@@ -63,7 +65,8 @@ class TrainResult:
     def __init__(self, run_dir, status, steps, episodes, seconds, moving_avg, checkpoint, *,
                  long_avg=None, best_avg=None, best_step=None, best_checkpoint=None,
                  skipped_updates=0, signal=None, avg_window=100, long_window=0,
-                 episode_ends=None, unwritten_rows=None, checkpoint_write_failures=0):
+                 episode_ends=None, unwritten_rows=None, checkpoint_write_failures=0,
+                 env_restarts=0):
         self.run_dir = run_dir
         self.status = status  # "done", "interrupted" or "failed"
         self.steps = steps
@@ -85,6 +88,8 @@ class TrainResult:
         self.unwritten_rows = dict(unwritten_rows or {})
         #: checkpoint writes the file system refused during the run (each one retried)
         self.checkpoint_write_failures = int(checkpoint_write_failures)
+        #: envs rebuilt in place after a crash or a hang (errors.log has each traceback)
+        self.env_restarts = int(env_restarts)
 
     @property
     def exit_code(self) -> int:
@@ -196,7 +201,9 @@ class Trainer:
     def __init__(self, cfg: Config, *, resume: str | None = None, out=None,
                  backend: Backend | None = None):
         self.out = out if out is not None else sys.stdout
-        self.cfg = cfg = cfg.validate()
+        # envs per worker and t_max, where left to the defaults, are the
+        # scenario's from here on (config.toml and the checkpoint record them)
+        self.cfg = cfg = rollout_defaults(cfg.validate())
         if backend is None:
             processes, why = backend_choice(cfg)
             backend = ProcessBackend(why) if processes else ThreadBackend(why)
@@ -235,6 +242,7 @@ class Trainer:
         self._new_env_slots()
         self.stop_event = threading.Event()
         self.errors = []  # (worker id or what failed, traceback text)
+        self._restart_lock = threading.Lock()     # env restarts: errors.log, the count
         self.rewards = RewardWindows(cfg.reward_window, LONG_WINDOW_FACTOR * cfg.reward_window)
         try:
             env = self._env(0, pin=True)  # unknown ids fail before any file is written
@@ -401,10 +409,17 @@ class Trainer:
 
     def close_envs(self):
         """Close every env this process holds (an env that fails to close is
-        reported by :meth:`close`)."""
+        reported by :meth:`close`).  The envs of a worker thread that did
+        not stop (:attr:`Backend.stuck`) are not closed under it: their
+        engines are killed and the rest is left to the process's exit."""
         first_error = None
+        K = self.cfg.envs_per_worker
+        stuck = set(getattr(self.backend, "stuck", ()) or ())
         for i, env in enumerate(self._envs):
             if env is not None:
+                if i // K in stuck:
+                    kill_engine(env)
+                    continue
                 try:
                     env.close()
                 except Exception as e:  # noqa: BLE001 - keep closing the rest
@@ -412,14 +427,22 @@ class Trainer:
                 self._envs[i] = None
         return first_error
 
+    @property
+    def stuck_workers(self) -> list:
+        """Workers that did not stop, stuck in a call (the process should
+        end with ``os._exit`` once the run is written: see :mod:`a3c_core.cli`)."""
+        return list(getattr(self.backend, "stuck", ()) or ())
+
     def pin_worker(self, wid):
         """Pin the calling thread (or process) to worker ``wid``'s core."""
         if self._cores:
             _pin_thread({self._cores[wid % len(self._cores)]})
 
-    def make_worker(self, wid, store=None) -> Worker:
+    def make_worker(self, wid, store=None, on_env_restart=None) -> Worker:
         """Worker ``wid`` with its envs, a local network and its own RNG, on
-        ``store`` (default: the run's in-process store)."""
+        ``store`` (default: the run's in-process store); an env that fails
+        is rebuilt (:meth:`remake_env`) and reported to ``on_env_restart``
+        (default :meth:`env_restarted`)."""
         K = self.cfg.envs_per_worker
         envs = [self._env(e) for e in range(wid * K, (wid + 1) * K)]
         env = envs[0]
@@ -427,7 +450,37 @@ class Trainer:
         rng = np.random.default_rng([self.cfg.seed, wid, self.resumes])
         return Worker(wid, envs if K > 1 else env, new_network(self.plan), pipe,
                       store if store is not None else self.store, self.plan.settings, rng,
-                      offset=worker_offset(wid, self.n_workers, self.shared.n_params))
+                      offset=worker_offset(wid, self.n_workers, self.shared.n_params),
+                      remake_env=lambda k: self.remake_env(wid * K + k),
+                      env_restarts=self.cfg.env_restarts,
+                      on_env_restart=on_env_restart or self.env_restarted)
+
+    def remake_env(self, e):
+        """A new env ``e`` (the same id, options and seed) in place of one
+        that failed: built by the calling thread (its worker's, pinned to
+        the worker's core), kept where :meth:`close_envs` finds it."""
+        env = self._new_env(e)
+        self._envs[e] = env
+        return env
+
+    # -- env restarts ---------------------------------------------------------
+    env_restarts = 0            # envs rebuilt in this run so far (summary.json)
+
+    def env_restarted(self, wid, k, summary, text, count, limit):
+        """Worker ``wid`` rebuilt its env ``k``: one warning line, the
+        traceback appended to errors.log and the run's count so far as the
+        ``charts/env_restarts`` scalar (the run goes on)."""
+        with self._restart_lock:
+            self.env_restarts += 1
+            log = self.append_error_log(f"worker {wid} env {k} restarted", text)
+            if self.logger is not None:
+                self.logger.scalar("charts/env_restarts", self.env_restarts,
+                                   self.backend.live_steps(), self.elapsed())
+        left = ("the next failure within the hour stops the run" if count >= limit
+                else f"{count} of {limit} allowed per worker per hour")
+        print(f"warning: worker {wid}: env {k} ({self.cfg.env}) failed and was rebuilt, its "
+              f"episode dropped: {summary}; restart {left} (--env-restarts); traceback in {log}",
+              file=sys.stderr, flush=True)
 
     def warm_up(self):
         """Compile (first run) or load (cached) the Numba kernels before the clock starts."""
@@ -601,6 +654,17 @@ class Trainer:
             with open(path, "a") as fh:
                 for who, text in self.errors:
                     fh.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S%z')} {who} ---\n{text.rstrip()}\n")
+        except OSError as e:
+            return f"{path}, which could not be written: [Errno {e.errno}] {e.strerror}"
+        return path
+
+    def append_error_log(self, who, text):
+        """One entry in errors.log (what a run survived); returns the path, or
+        says why it could not be written."""
+        path = os.path.join(self.run_dir, "errors.log")
+        try:
+            with open(path, "a") as fh:
+                fh.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S%z')} {who} ---\n{text.rstrip()}\n")
         except OSError as e:
             return f"{path}, which could not be written: [Errno {e.errno}] {e.strerror}"
         return path
@@ -814,7 +878,7 @@ class Trainer:
             avg_window=min(n_eps, self.cfg.reward_window), long_window=n_eps,
             episode_ends=self.rewards.ends(),
             unwritten_rows=self.logger.unwritten if self.logger is not None else None,
-            checkpoint_write_failures=self._write_failures)
+            checkpoint_write_failures=self._write_failures, env_restarts=self.env_restarts)
 
     def _write_summary(self, result):
         d = result.to_dict()

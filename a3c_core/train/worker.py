@@ -43,10 +43,31 @@ One rollout (:meth:`Worker.rollout`), the algorithm in one place:
 The update is the sum of the K envs' rollout gradients
 (tests/test_batched_rollout.py, tests/test_envs_per_worker.py).  Self-imitation (``self_imitation``) is a
 component (:mod:`a3c_core.train.sil`) fed after each update.
+
+Env restarts (``remake_env``): an env whose ``step`` or ``reset`` raises
+(a crashed ViZDoom engine, a dead env process, any exception) is closed
+and rebuilt in place by ``remake_env(k)`` (the same id, options and seed),
+then reset; up to ``env_restarts`` times in any hour (a sliding window),
+after which the exception propagates as it does without a factory.  The
+row's episode is dropped (not reported), that row's LSTM state restarts at
+zeros and the other K - 1 rows are not touched.  The rows it played in this
+rollout still count: the ones before the failed step form a segment cut as
+``t_max`` cuts one, bootstrapped from V(s_t) (the value the tick's forward
+recorded for the observation the failed step was given); the failed step's
+own row, which has no outcome, is a one-row segment whose return is its own
+value (reward 0, bootstrap V(s_t) / gamma): no advantage and no value
+error, so it adds no gradient beyond its entropy term.  Each restart is
+counted (``LossStats.env_restarts``) and reported to ``on_env_restart``.
+While a worker is inside an env call, ``step_began`` holds when the call
+began (``perf_counter``; 0 otherwise) and ``step_env`` which env it is:
+the step watchdog (:mod:`a3c_core.train.watchdog`) reads them.
 """
 from __future__ import annotations
 
+import collections
 import threading
+import time
+import traceback
 from contextlib import nullcontext
 from time import perf_counter
 from dataclasses import dataclass
@@ -60,7 +81,19 @@ from a3c_core.core.targets import BAD_ADVANTAGES, BAD_RETURNS, rollout_targets
 from a3c_core.sampling import sample_categorical, sample_rows
 from a3c_core.train.sil import SelfImitation
 
-__all__ = ["RolloutSettings", "LossStats", "Store", "ThreadStore", "Worker"]
+__all__ = ["RolloutSettings", "LossStats", "Store", "ThreadStore", "Worker", "RolloutAborted",
+           "RESTART_WINDOW"]
+
+#: seconds of the sliding window ``env_restarts`` counts in (one hour)
+RESTART_WINDOW = 3600.0
+
+#: step durations kept per worker for the watchdog's median (a ring)
+STEP_RING = 256
+
+
+class RolloutAborted(Exception):
+    """An env call failed while the worker is stopping (the run's shutdown
+    killed a stuck engine): :meth:`Worker.run` returns quietly."""
 
 
 @dataclass(frozen=True)
@@ -105,7 +138,10 @@ class LossStats:
               # forward passes (with the preprocessing), the backward, the
               # apply, and the whole rollout (the rest is Python glue and
               # the targets); ``agent_steps`` counts the rows they played
-              "t_env", "t_forward", "t_backward", "t_apply", "t_rollout", "agent_steps")
+              "t_env", "t_forward", "t_backward", "t_apply", "t_rollout", "agent_steps",
+              # envs rebuilt after their step or reset raised (or the step
+              # watchdog killed a hung one), summed over the workers
+              "env_restarts")
 
     def __init__(self):
         for f in self.FIELDS:
@@ -226,10 +262,19 @@ class Worker:
             ``net.step``; the same results).
         fused_targets: the targets in one compiled call where the store
             exposes its normalizers' arrays (the same results).
+        remake_env: ``remake_env(k) -> Env``, a new env ``k`` (the same id,
+            options and seed) for one whose ``step`` or ``reset`` raised
+            (see the module docstring); None: the exception propagates.
+        env_restarts: the restarts allowed per :data:`RESTART_WINDOW`
+            seconds; the next failure propagates.
+        on_env_restart: ``on_env_restart(wid, k, summary, text, count,
+            limit)`` after each restart: a one-line summary, the
+            traceback, the restarts in the window so far and the limit.
     """
 
     def __init__(self, wid, env, net, pipeline, store, settings, rng, *, offset=0,
-                 fused_act=True, fused_targets=True):
+                 fused_act=True, fused_targets=True, remake_env=None, env_restarts=3,
+                 on_env_restart=None):
         self.wid = wid
         envs = list(env) if isinstance(env, (list, tuple)) else [env]
         if not envs:
@@ -306,6 +351,23 @@ class Worker:
         self._len_sum = 0
         #: K = 1: rollouts run on into the next episode (merge_below's switch)
         self.merging = False
+        # -- env restarts and the step watchdog's view -------------------------
+        self.remake_env = remake_env
+        self.env_restarts = int(env_restarts)
+        self.on_env_restart = on_env_restart
+        self._restart_times = collections.deque()
+        #: set while the worker is stopping (``run``'s event, or the caller's):
+        #: an env that fails then is not rebuilt (:class:`RolloutAborted`)
+        self.stopping = None
+        #: ``perf_counter()`` when the current env call began (0.0: none)
+        self.step_began = 0.0
+        #: the env of that call
+        self.step_env = 0
+        #: recent step durations (a ring of STEP_RING), for the watchdog's median
+        self.step_times = [0.0] * STEP_RING
+        self.n_step_times = 0
+        #: why the watchdog killed env k's engine, for the restart's report
+        self.hang_notes = {}
 
     # -- compatibility views (K = 1) ----------------------------------------
     @property
@@ -361,7 +423,92 @@ class Worker:
                 self._track_length(self.ep_lengths[k])
             self.ep_returns[k], self.ep_lengths[k] = 0.0, 0
         self._ret_acc[k] = 0.0
-        return env.reset()
+        return self._reset_env(k)
+
+    # -- env restarts -------------------------------------------------------
+    def _reset_env(self, k):
+        """``envs[k].reset()``, watched; an env whose reset raises is rebuilt
+        (:meth:`_restart`) and the new one's first frame returned."""
+        self.step_env = k
+        self.step_began = perf_counter()
+        try:
+            frame = self.envs[k].reset()
+        except Exception as exc:  # noqa: BLE001 - any failure of the env: rebuilt or raised
+            self.step_began = 0.0
+            return self._restart(k, exc, "reset")
+        self.step_began = 0.0
+        return frame
+
+    def _count_restart(self, k, exc, during):
+        """Count one restart of env ``k`` and report it, or raise: ``exc``
+        itself without a factory or past the limit, :class:`RolloutAborted`
+        while the worker stops."""
+        if self.stopping is not None and self.stopping.is_set():
+            raise RolloutAborted(f"env {k} of worker {self.wid} failed while stopping") from exc
+        if self.remake_env is None:
+            raise exc
+        now = time.monotonic()
+        window = self._restart_times
+        while window and now - window[0] > RESTART_WINDOW:
+            window.popleft()
+        if len(window) >= self.env_restarts:
+            raise exc
+        window.append(now)
+        self.stats.env_restarts += 1
+        hang = self.hang_notes.pop(k, None)
+        what = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+        summary = f"its {during} raised {what}"
+        if hang:
+            summary = f"{hang}; {summary}"
+        if self.on_env_restart is not None:
+            text = "".join(traceback.format_exception(exc))
+            if hang:
+                text = f"{hang}\n{text}"
+            self.on_env_restart(self.wid, k, summary, text, len(window), self.env_restarts)
+
+    def _restart(self, k, exc, during):
+        """Env ``k``'s ``step`` or ``reset`` raised ``exc``: close it (best
+        effort), build a new one with ``remake_env(k)`` and reset it; returns
+        its first frame.  A failure while rebuilding counts as another
+        restart.  The episode's figures restart at zero (it is not reported)."""
+        while True:
+            self._count_restart(k, exc, during)
+            try:
+                self.envs[k].close()
+            except Exception:  # noqa: BLE001 - a crashed engine may not close cleanly
+                pass
+            try:
+                env = self.remake_env(k)
+                self.envs[k] = env
+                frame = env.reset()
+            except Exception as e:  # noqa: BLE001 - counted as one more restart
+                exc, during = e, "restart"
+                continue
+            break
+        self.ep_returns[k], self.ep_lengths[k] = 0.0, 0
+        self._ret_acc[k] = 0.0
+        return frame
+
+    def _step_failed(self, k, t, exc, segs, dropped):
+        """Env ``k``'s step at tick ``t`` raised ``exc``: close its segment
+        (module docstring: the rows before it bootstrap from V(s_t); the
+        failed row is a one-row segment whose return is its own value), drop
+        its episode and rebuild the env; returns the new env's first frame."""
+        v = float(self.values[t * self.n_envs + k])
+        start = segs[k][-1][0] if segs[k] else 0
+        if t > start:
+            segs[k].append((t, v, False))
+        gamma = float(self.s.gamma)
+        segs[k].append((t + 1, v / gamma if gamma > 0 else 0.0, True))
+        dropped[k].append(t + 1)
+        return self._restart(k, exc, "step")
+
+    def step_median(self):
+        """The median of the worker's recent env step durations (None before 16)."""
+        n = min(self.n_step_times, STEP_RING)
+        if n < 16:
+            return None
+        return float(np.median(np.asarray(self.step_times[:n])))
 
     def _track_length(self, length):
         """``merge_below``'s switch: the mean length of the last ``merge_window``
@@ -469,7 +616,7 @@ class Worker:
         # the input state of tick 0: each env's carried state, zeros for a new episode
         for k in range(K):
             if not self._started[k]:
-                frames[k] = envs[k].reset()
+                frames[k] = self._reset_env(k)
                 self._started[k] = True
                 if K == 1:
                     self.state = net.initial_state()
@@ -480,6 +627,8 @@ class Worker:
         self._state1 = None
         acc0 = list(self._ret_acc)          # each env's running return at the rollout's start
         segs = [[] for _ in range(K)]       # per env: (end tick, bootstrap, ended)
+        dropped = [[] for _ in range(K)]    # per env: ends of episodes a failed step dropped
+        ring, n_ring = self.step_times, self.n_step_times
         reset = self._reset
         reset[:] = False
         n = T
@@ -498,9 +647,26 @@ class Worker:
             r0 = t * K
             for k in range(K):
                 a = acts if K == 1 else int(acts[k])
-                c0 = perf_counter()
-                frame, r, term_k, trunc_k = envs[k].step(a)
-                t_env += perf_counter() - c0
+                self.step_env = k
+                self.step_began = c0 = perf_counter()
+                try:
+                    frame, r, term_k, trunc_k = envs[k].step(a)
+                except Exception as exc:  # noqa: BLE001 - rebuilt in place, or raised
+                    self.step_began = 0.0
+                    raw[r0 + k] = 0.0
+                    frames[k] = self._step_failed(k, t, exc, segs, dropped)
+                    t_env += perf_counter() - c0
+                    reset[k] = True
+                    if K == 1:
+                        state = net.initial_state()
+                    if k == 0:
+                        term = trunc = False
+                    continue
+                dt = perf_counter() - c0
+                self.step_began = 0.0
+                t_env += dt
+                ring[n_ring & (STEP_RING - 1)] = dt
+                n_ring += 1
                 raw[r0 + k] = r
                 self.ep_returns[k] += float(r)
                 self.ep_lengths[k] += 1
@@ -522,9 +688,11 @@ class Worker:
                 reset[k] = True
                 if K == 1:
                     state = net.initial_state()
-            if K == 1 and (ended_last or (reset[0] and t + 1 >= k_min)):
+            # (a paper rollout, not across episodes, ends with a failed step too)
+            if K == 1 and (ended_last or (reset[0] and (t + 1 >= k_min or not across))):
                 n = t + 1
                 break
+        self.n_step_times = n_ring
         # bootstrap each env's open segment from V(s_n)
         c0 = perf_counter()
         if K == 1:
@@ -555,7 +723,7 @@ class Worker:
         ret, adv = self._targets(n, segs, acc0)
         applied = self._apply_update(n * K, ret, adv)
         if self.sil is not None:
-            self._sil_record(n, segs)
+            self._sil_record(n, segs, dropped)
             self.sil.replay(n * K, self._apply_grads)
         self.store.add_steps(n * K)
         c0 = perf_counter()
@@ -698,8 +866,9 @@ class Worker:
             st.skipped += 1
         return applied
 
-    def _sil_record(self, n, segs):
-        """Each env's rows of this rollout (time order) to self-imitation."""
+    def _sil_record(self, n, segs, dropped=None):
+        """Each env's rows of this rollout (time order) to self-imitation;
+        an episode a failed step dropped is discarded, not offered."""
         K = self.n_envs
         obs = self.net.recorded_obs
         rows = obs.reshape((n, K) + obs.shape[1:])
@@ -707,14 +876,21 @@ class Worker:
         raw = self.raw_rewards[:n * K].reshape(n, K)
         for k in range(K):
             ends = [end for end, _, ended in segs[k] if ended]
-            self.sil.record(k, rows[:, k], acts[:, k], raw[:, k], ends)
+            self.sil.record(k, rows[:, k], acts[:, k], raw[:, k], ends,
+                            dropped[k] if dropped is not None else ())
 
     def run(self, stop: threading.Event, total_steps=0):
         """Rollouts until ``stop`` is set or ``total_steps`` (0 = no limit) is
-        reached, subnormal floats flushed to zero in this thread."""
+        reached, subnormal floats flushed to zero in this thread.  An env
+        that fails once ``stop`` is set (the run's shutdown killed a stuck
+        engine) ends it quietly."""
         store = self.store
+        self.stopping = stop
         with flush_denormals():
             while not stop.is_set():
                 if total_steps and store.steps >= total_steps:
                     break
-                self.rollout()
+                try:
+                    self.rollout()
+                except RolloutAborted:  # the run stopped while an env was failing
+                    return
