@@ -113,15 +113,16 @@ class BatchStepper:
                     feat[s:e] = y.reshape(e - s, -1)
                 x = feat
             for layer, lws in zip(net.encoder[nc:], ws[nc:]):
-                x = layer.forward(lws, p, x, m)
+                x = layer.forward_rows(lws, p, x, m)
             x = x.reshape(m, net.n_features)
             if net.recurrent:
                 w_ih, w_hh, b_ih, b_hh = net.core.step_args(p)
                 top = self.gates[:m]
-                np.dot(x, w_ih.T, out=top)
-                tmp = self.tmp[:m]
-                np.dot(h[lo:hi], w_hh.T, out=tmp)
-                top += tmp
+                # W @ rows.T: numpy's sgemm is ~2x faster in this shape at
+                # 8-16 rows (Dense.forward_rows)
+                gt = np.dot(w_ih, x.T)
+                gt += np.dot(w_hh, h[lo:hi].T)
+                top[...] = gt.T
                 K.core_heads_rows(top, True, b_ih, b_hh, c[lo:hi], h_out[lo:hi], c_out[lo:hi],
                                   *heads, probs[lo:hi], values[lo:hi])
             else:

@@ -159,6 +159,9 @@ class Conv2d:
         np.dot(cols, ws["w_ijc"].T, out=z)
         return self._bias_act_out(ws, p, z, t_len)
 
+    #: (the batched paths call forward_rows on every layer after the leading convs)
+    forward_rows = forward
+
     def direct_ok(self, dtype):
         """Whether :meth:`forward_direct` runs for this layer here (float32,
         16/32/64 output channels, a CPU with AVX-512 and FMA)."""
@@ -345,6 +348,19 @@ class Dense:
         x = x.reshape(t_len, self.n_in)
         y = ws["y"][:t_len]
         np.dot(x, p[self.name + ".weight"].T, out=y)
+        K.bias_act(y, p[self.name + ".bias"], K.ACT_CODES[self.act])
+        return y
+
+    def forward_rows(self, ws, p, x, t_len):
+        """:meth:`forward` for a few rows (the batched worker's tick, batched
+        inference): ``W @ x.T`` into a (n_out, T) scratch, then its transpose
+        into the rows.  numpy's sgemm runs this shape ~2x faster than ``x @
+        W.T`` at 8-16 rows (one BLAS thread, 2-core EPYC VM: 305 against 587
+        us for 16 x 2592 -> 256); the same sums up to rounding."""
+        x = x.reshape(t_len, self.n_in)
+        y = ws["y"][:t_len]
+        yt = np.dot(p[self.name + ".weight"], x.T)
+        y[...] = yt.T
         K.bias_act(y, p[self.name + ".bias"], K.ACT_CODES[self.act])
         return y
 
