@@ -11,9 +11,13 @@ form relies on), so the directory holding it must be on ``PYTHONPATH``:
 * ``NaNObs-v0`` - from step ``NAN_AFTER`` on, observations contain NaN;
 * ``SlowInit-v0`` - its constructor writes the file named by the
   ``CRASH_ENVS_MARKER`` environment variable and then sleeps 60 s, so a test
-  can signal the trainer while it is provably still starting up.
+  can signal the trainer while it is provably still starting up;
+* ``HangInStep-v0`` - from step ``HANG_AFTER`` on, ``step`` blocks (until
+  :data:`HANG_RELEASE` is set, at most 120 s) and then raises
+  :class:`EnvCrash`: a hung engine.
 """
 import os
+import threading
 import time
 
 import gymnasium as gym
@@ -21,6 +25,9 @@ import numpy as np
 from gymnasium import spaces
 
 CRASH_AFTER = 30
+HANG_AFTER = 40
+#: set to let a blocked HangInStep step return (in this process)
+HANG_RELEASE = threading.Event()
 NAN_AFTER = 5
 CRASH_MESSAGE = "crash_envs: step failed on purpose"
 
@@ -106,7 +113,22 @@ class SlowInit(Tiny):
         time.sleep(60)
 
 
-_ENVS = {"Tiny-v0": Tiny, "RaiseInStep-v0": RaiseInStep, "BoxAction-v0": BoxAction,
+class HangInStep(Tiny):
+    """Blocks in ``step`` from step ``HANG_AFTER`` on (counted over episodes)."""
+
+    def __init__(self):
+        super().__init__()
+        self._total = 0
+
+    def step(self, action):
+        self._total += 1
+        if self._total >= HANG_AFTER:
+            HANG_RELEASE.wait(25)
+            raise EnvCrash(f"crash_envs: released after hanging at step {self._total}")
+        return super().step(action)
+
+
+_ENVS = {"Tiny-v0": Tiny, "HangInStep-v0": HangInStep, "RaiseInStep-v0": RaiseInStep, "BoxAction-v0": BoxAction,
          "NaNObs-v0": NaNObs, "SlowInit-v0": SlowInit}
 
 for _name, _cls in _ENVS.items():

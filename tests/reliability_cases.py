@@ -1116,8 +1116,12 @@ def check_engine_restarted(ctx):
     log = os.path.join(ctx.tmp, "run", "errors.log")
     if not os.path.exists(log) or "restarted" not in open(log).read():
         problems.append("no restart in errors.log")
+    hung = re.search(r"an env call had taken ([\d.]+) s", ctx.output)
+    if hung:
+        ctx.notes.append(f"the step watchdog killed it after {hung.group(1)} s")
     if d.get("status") == "done":
-        ctx.notes.append(f"went on to {d.get('seconds', 0):.0f} s, {d.get('steps', 0):,} steps")
+        ctx.notes.append(f"rebuilt; the run went on to {d.get('seconds', 0):.0f} s, "
+                         f"{d.get('steps', 0):,} steps")
     return problems
 
 

@@ -318,3 +318,43 @@ def test_a_run_survives_env_crashes_up_to_the_limit_and_says_so(tmp_path, capsys
     cfg = cfg.replace(run_dir=str(tmp_path / "run2"), total_steps=400)
     with pytest.raises(TrainingError, match=r"worker 0 failed: .*EnvCrash"):
         Trainer(cfg).run()
+
+
+@pytest.mark.parametrize("env_process", [True, False])
+def test_a_run_stops_in_bounded_time_whatever_its_worker_is_stuck_in(tmp_path, monkeypatch,
+                                                                     env_process):
+    """The budget ends while the worker is stuck in a step (crash_envs:HangInStep-v0).
+    An env process: its child is killed after the grace, the step raises and the
+    stopping worker ends quietly.  An env stepped in this process cannot be
+    killed: the worker is left behind as stuck, its env not closed under it, and
+    the run still ends with its checkpoint."""
+    pytest.importorskip("gymnasium")
+    import crash_envs
+    from a3c_core.train import backends
+    from a3c_core.train.config import Config
+    from a3c_core.train.trainer import Trainer
+
+    here = os.path.dirname(os.path.abspath(__file__))       # an env process imports crash_envs
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH"))
+                                                     if p))
+    monkeypatch.setattr(backends, "STOP_GRACE", 0.3)
+    monkeypatch.setattr(backends, "KILL_GRACE", 1.0 if env_process else 0.3)
+    cfg = Config(env="crash_envs:HangInStep-v0", workers=1, total_steps=0, total_seconds=1.0,
+                 tensorboard=False, quiet=True, log_interval=0.1, worker_processes=False,
+                 env_process=env_process, run_dir=str(tmp_path / "run")).validate()
+    t = Trainer(cfg)
+    try:
+        t0 = time.monotonic()
+        res = t.run()
+        took = time.monotonic() - t0
+        assert res.status == "done" and res.env_restarts == 0
+        assert os.path.exists(os.path.join(cfg.run_dir, "checkpoints", "latest.npz"))
+        assert took < 20
+        if env_process:
+            assert t.stuck_workers == [] and t._envs == [None]
+        else:
+            assert t.stuck_workers == [0] and t._envs[0] is not None    # not closed under it
+    finally:
+        crash_envs.HANG_RELEASE.set()
+    time.sleep(0.2)
+    crash_envs.HANG_RELEASE.clear()

@@ -214,7 +214,9 @@ class ThreadBackend(Backend):
             t.stop_event.set()
 
     def running(self, threads) -> bool:
-        return any(th.is_alive() for th in threads)
+        # once the run stops, the monitor hands over to stop(): its wait is
+        # bounded, a worker stuck in an env call would hold this loop forever
+        return not self.trainer.stop_event.is_set() and any(th.is_alive() for th in threads)
 
     def stop(self, threads) -> None:
         threads = threads or []

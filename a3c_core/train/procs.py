@@ -354,7 +354,9 @@ class ProcessBackend(Backend):
                     t.stop_event.set()
                     self._pstop.set()
                     free_lock(self._lock)     # the others can then stop at once
-        return alive
+        # once the run stops, stop() takes over (bounded: a worker process
+        # stuck in an env call is killed after STOP_TIMEOUT)
+        return alive and not t.stop_event.is_set()
 
     def stop(self, procs):
         procs = procs or self._procs     # (a signal while they were being started)
