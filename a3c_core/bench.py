@@ -869,7 +869,7 @@ def _step_breakdown(n, spent) -> list[Row]:
     forward (with the preprocessing), backward, apply, and the rest (Python
     glue, the targets, the pull, self-imitation), in us per agent step of
     one worker and as shares of the rollouts' wall time."""
-    from a3c_core.train.worker import LossStats
+    from a3c_core.train.store import LossStats
     f = {name: float(v) for name, v in zip(LossStats.FIELDS, spent)}
     steps = f["agent_steps"]
     if steps <= 0 or f["t_rollout"] <= 0:

@@ -44,7 +44,7 @@ from a3c_core.distributed.options import RayOptions
 from a3c_core.distributed.sync import shard_bounds
 from a3c_core.train.backends import Backend, TrainingError
 from a3c_core.train.trainer import Trainer
-from a3c_core.train.worker import LossStats
+from a3c_core.train.store import LossStats
 
 __all__ = ["RayOptions", "RayBackend", "RayTrainer", "ShardLost", "NodeLost", "train_ray"]
 

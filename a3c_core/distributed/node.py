@@ -49,7 +49,8 @@ from a3c_core.train.config import env_args
 from a3c_core.train.trainer import _allowed_cores, _pin_thread, _seed_of
 from a3c_core.train.backends import STOP_GRACE
 from a3c_core.train.watchdog import StepWatchdog, kill_engines
-from a3c_core.train.worker import LossStats, ThreadStore, Worker
+from a3c_core.train.store import LossStats, ThreadStore
+from a3c_core.train.worker import Worker
 from a3c_core.warmup import warm_up_network
 
 __all__ = ["Node", "NodeStore", "ShardFailure", "stat_arrays"]

@@ -19,7 +19,7 @@ import traceback
 import numpy as np
 
 from a3c_core.train.watchdog import kill_engines
-from a3c_core.train.worker import LossStats
+from a3c_core.train.store import LossStats
 
 __all__ = ["Backend", "ThreadBackend", "TrainingError"]
 

@@ -52,7 +52,8 @@ from a3c_core._fpenv import flush_denormals
 from a3c_core.envs.proc import _describe_exit
 from a3c_core.train.backends import Backend, step_watchdog
 from a3c_core.train.config import ConfigError
-from a3c_core.train.worker import LossStats, RolloutAborted, ThreadStore
+from a3c_core.train.store import LossStats, ThreadStore
+from a3c_core.train.worker import RolloutAborted
 
 __all__ = ["ProcessBackend", "ProcStore", "SharedBlock"]
 

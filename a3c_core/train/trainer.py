@@ -50,7 +50,8 @@ from a3c_core.train.logger import MetricsLogger
 from a3c_core.train.procs import ProcessBackend
 from a3c_core.train.signals import SIGNAL_EXIT, SignalsAsExceptions, StopSignal
 from a3c_core.train.watchdog import kill_engine
-from a3c_core.train.worker import ThreadStore, Worker
+from a3c_core.train.store import ThreadStore
+from a3c_core.train.worker import Worker
 from a3c_core.warmup import warm_up_network
 
 __all__ = ["Trainer", "TrainResult", "TrainingError", "StopSignal", "train"]
