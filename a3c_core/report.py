@@ -37,4 +37,8 @@ def final_line(res) -> str:
     if restarts:
         line += (f"; {restarts} env restart{'s' * (restarts > 1)} after a crash or a hang "
                  f"(errors.log)")
+    restarts = getattr(res, "worker_restarts", 0)
+    if restarts:
+        line += (f"; {restarts} worker process restart{'s' * (restarts > 1)} after a death "
+                 f"(errors.log)")
     return line

@@ -1125,6 +1125,48 @@ def check_engine_restarted(ctx):
     return problems
 
 
+# a killed worker process (issue 73 item 4): 2 worker processes, each env in an env process
+WORKER_FAULT_STEPS = 30000
+WORKER_FAULT = ["train", "--env", "CartPole-v1", "--workers", "2", "--worker-processes",
+                "--env-process", "--total-steps", str(WORKER_FAULT_STEPS), "--no-tensorboard",
+                "--checkpoint-interval", "1", "--log-interval", "0.5", "--run-dir", "{tmp}/run"]
+
+
+def drive_kill_worker_process(proc, ctx):
+    """SIGKILL one of the run's worker processes (a direct child of the
+    trainer) 0.5 s after the first checkpoint."""
+    if not proc.wait_until(lambda: os.path.exists(_latest(ctx)), timeout=150):
+        return
+    time.sleep(0.5)
+    proc.kids |= children_of(proc.pid)
+    workers = sorted(p for p in children_of(proc.pid) if _parent_of(p) == proc.pid)
+    if not workers:
+        ctx.notes.append("no worker process found")
+        return
+    os.kill(workers[0], signal.SIGKILL)
+    ctx.notes.append("worker process SIGKILL 0.5 s after the first checkpoint")
+
+
+def check_worker_restarted(ctx):
+    """The run went on to its total steps: one worker restart in
+    summary.json and errors.log, a loadable checkpoint with finite parameters."""
+    problems = check_latest_loads(ctx)
+    d = _summary(ctx)
+    if d is None:
+        return problems + ["no summary.json"]
+    if d.get("worker_restarts") != 1:
+        problems.append(f"summary.json worker_restarts {d.get('worker_restarts')!r}, expected 1")
+    if d.get("status") != "done" or d.get("steps", 0) < WORKER_FAULT_STEPS:
+        problems.append(f"summary.json status {d.get('status')!r}, steps {d.get('steps')!r}")
+    log = os.path.join(ctx.tmp, "run", "errors.log")
+    if not os.path.exists(log) or "worker process" not in open(log).read():
+        problems.append("no worker restart in errors.log")
+    if d.get("status") == "done":
+        ctx.notes.append(f"restarted; the run went on to its {d.get('steps', 0):,} steps "
+                         f"in {d.get('seconds', 0):.0f} s")
+    return problems
+
+
 def check_stopped_within_10s(ctx):
     problems = check_interrupted(ctx)
     took = getattr(ctx, "exit_seconds", None)
@@ -1345,6 +1387,10 @@ CASES = [
          contains=("interrupted:",), needs=("doom",),
          drive=_engine_fault(signal.SIGSTOP, then_sigterm_after=4.0),
          check=check_stopped_within_10s, fault="clean stop"),
+    # a worker process killed mid-run is forked again from the shared parameters (issue 73)
+    Case("worker-process-killed", "fault", WORKER_FAULT, expect="ok", rc=(0,),
+         contains=("killed by SIGKILL; restarted", "done:"), drive=drive_kill_worker_process,
+         check=check_worker_restarted, fault="survived"),
     Case("act-batch-float-done-mask", "fault", ["act-batch", "{cart}", "--done", "0.5"],
          words=("done",), module="reliability_probe", fault="clean stop"),
 ]

@@ -129,7 +129,8 @@ def _start(tmp_path, *extra):
 
 @pytest.mark.slow
 def test_a_killed_worker_process_fails_the_run_naming_it(tmp_path):
-    run, proc = _start(tmp_path)
+    """With ``--worker-restarts 0``: a dead worker process stops the run."""
+    run, proc = _start(tmp_path, "--worker-restarts", "0")
     kids = children_of(proc.pid)
     victim = min(_worker_pids(proc))
     os.kill(victim, signal.SIGKILL)
@@ -139,6 +140,141 @@ def test_a_killed_worker_process_fails_the_run_naming_it(tmp_path):
     assert json.load(open(os.path.join(run, "summary.json")))["status"] == "failed"
     assert load_checkpoint(run).meta["counters"]["steps"] > 0
     assert not wait_gone(kids, timeout=10)
+
+
+def _kill_a_worker_when(t, ready, out, sig=signal.SIGKILL):
+    """On a thread: once ``ready()``, SIGKILL worker 0's process of trainer
+    ``t``; its pid goes to ``out``."""
+    import threading
+
+    def go():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            pids = t.backend.worker_pids()
+            if len(pids) == t.n_workers and ready():
+                out.append(pids[0])
+                out.append(t.worker_updates()[0])       # its updates so far
+                os.kill(pids[0], sig)
+                return
+            time.sleep(0.02)
+
+    th = threading.Thread(target=go, daemon=True)
+    th.start()
+    return th
+
+
+def test_worker_restarts_0_keeps_the_clean_stop(tmp_path, capsys):
+    """``worker_restarts = 0``: a killed worker process stops the run as
+    before, naming it and its signal, with a final checkpoint."""
+    cfg = _cfg(tmp_path, total_steps=0, total_seconds=60, worker_restarts=0)
+    t = Trainer(cfg)
+    victim = []
+    th = _kill_a_worker_when(t, lambda: t.backend.live_steps() > 200, victim)
+    with pytest.raises(TrainingError, match=r"worker 0 failed: worker process 0 \(pid \d+\) "
+                                            r"died: killed by SIGKILL \(traceback in .*errors\.log\); "
+                                            r"last checkpoint: .*latest\.npz"):
+        t.run()
+    th.join()
+    summary = json.load(open(os.path.join(cfg.run_dir, "summary.json")))
+    assert summary["status"] == "failed" and summary["worker_restarts"] == 0
+    assert "restarted" not in capsys.readouterr().err
+    assert load_checkpoint(cfg.run_dir).meta["counters"]["steps"] > 0
+
+
+def test_a_killed_worker_process_is_forked_again(tmp_path, capsys):
+    """The Trainer API: worker 0's process SIGKILLed; a new one takes its
+    index (a new pid, a new seed stream), its update counters go on, and
+    the run reaches its total steps."""
+    cfg = _cfg(tmp_path, total_steps=6000)
+    t = Trainer(cfg)
+    victim = []
+    th = _kill_a_worker_when(t, lambda: t.backend.live_steps() > 500, victim)
+    res = t.run()
+    th.join()
+    assert res.status == "done" and res.steps >= 6000 and res.worker_restarts == 1
+    assert t.worker_generation == [1, 0] and t.backend.worker_pids()[0] != victim[0]
+    seed = t._env_seed(0)
+    t.worker_generation[0] = 0
+    assert t._env_seed(0) != seed                       # a new seed stream
+    err = capsys.readouterr().err
+    assert f"warning: worker process 0 (pid {victim[0]}) died: killed by SIGKILL; restarted" in err
+    assert json.load(open(os.path.join(cfg.run_dir, "summary.json")))["worker_restarts"] == 1
+    assert np.isfinite(t.shared.params).all()
+    assert t.worker_updates()[0] > victim[1] > 0        # its counters went on
+
+
+def test_kill_left_behind_kills_what_a_dead_worker_left():
+    import subprocess
+    import sys
+
+    from a3c_core.train.procs import _proc_start_time, kill_left_behind
+
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        st = _proc_start_time(p.pid)
+        assert st is not None
+        assert kill_left_behind([(p.pid, st + 1)], wait=0.05) == 0    # another process
+        assert kill_left_behind([(p.pid, st)], wait=0.05) == 1
+        assert p.wait(10) == -signal.SIGKILL
+        assert kill_left_behind([(p.pid, st)], wait=0.05) == 0        # gone
+    finally:
+        p.kill()
+        p.wait()
+
+
+@pytest.mark.slow
+def test_a_killed_worker_process_is_restarted_and_the_run_finishes(tmp_path):
+    """``a3c train --workers 2 --worker-processes``, one worker process
+    SIGKILLed mid-run: it is forked again (a new pid, the same index), its
+    env processes are gone, the run reaches its total steps and exits 0,
+    and the restart is reported (the warning line, errors.log,
+    charts/worker_restarts in metrics.csv, summary.json); no parameter is NaN."""
+    run = str(tmp_path / "run")
+    total = 30000
+    proc = start_cli(["train", "--env", "CartPole-v1", "--workers", "2", "--worker-processes",
+                      "--env-process", "--total-steps", str(total), "--no-tensorboard",
+                      "--log-interval", "0.2", "--checkpoint-interval", "0.5", "--run-dir", run],
+                     cwd=tmp_path)
+    wait_for_file(os.path.join(run, "checkpoints", "latest.npz"), proc)
+    deadline = time.monotonic() + 30
+    while len(_worker_pids(proc)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    workers = _worker_pids(proc)
+    assert len(workers) == 2
+    victim = min(workers)
+    its_envs = children_of(victim)          # its env processes
+    assert its_envs
+    os.kill(victim, signal.SIGKILL)
+    new = set()
+    deadline = time.monotonic() + 60
+    while not new and proc.poll() is None and time.monotonic() < deadline:
+        new = _worker_pids(proc) - workers
+        time.sleep(0.05)
+    out = finish(proc, timeout=240)
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out            # nor from its env processes
+    assert new, out                          # forked again
+    assert "warning: worker process " in out
+    assert f"(pid {victim}) died: killed by SIGKILL; restarted from the shared parameters" in out
+    assert "restart 1 of 3 allowed per run (--worker-restarts)" in out
+    assert "1 worker process restart after a death" in out         # the final line
+    summary = json.load(open(os.path.join(run, "summary.json")))
+    assert summary["status"] == "done" and summary["errors"] == []
+    assert summary["worker_restarts"] == 1 and summary["steps"] >= total
+    with open(os.path.join(run, "metrics.csv")) as fh:
+        rows = [r for r in csv.reader(fh) if r[2] == "charts/worker_restarts"]
+    assert [float(r[3]) for r in rows] == [1.0]
+    log = open(os.path.join(run, "errors.log")).read()
+    assert f"(pid {victim}) died: killed by SIGKILL" in log and "restarted" in log
+    ck = load_checkpoint(run)
+    assert ck.meta["counters"]["steps"] == summary["steps"]
+    assert np.isfinite(ck.params).all()
+    for arr in ck.opt_arrays.values():       # the optimizer statistics too
+        assert np.isfinite(arr).all()
+    # both workers' episodes are logged, the restarted one's after its restart too
+    eps = _episodes(run)
+    assert {r["worker"] for r in eps} == {"0", "1"}
+    assert not wait_gone(its_envs, timeout=10)     # none of its env processes left
 
 
 @pytest.mark.slow

@@ -471,8 +471,11 @@ def _child_serve(sock, env):
     pack, unpack = _REP.pack, _REQ.unpack
     slot = 0
     while True:
-        if not _recv_exact(sock, req_view):
-            return  # parent closed its end or died
+        try:
+            if not _recv_exact(sock, req_view):
+                return  # parent closed its end or died
+        except OSError:
+            return  # parent died with a reply unread (SIGKILL): the connection was reset
         cmd, arg = unpack(req)
         try:
             if cmd == CMD_STEP:

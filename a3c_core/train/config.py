@@ -126,6 +126,7 @@ _RANGES = {
     "log_interval": (0.01, 3600.0),
     "max_skipped_updates": (0, 10**9),
     "env_restarts": (0, 10**6),
+    "worker_restarts": (0, 10**6),
     "env_step_timeout": (0.0, 7 * 86400.0),
     "repeat_action_probability": (0.0, 1.0),
     "advantage_horizon": (0.0, 1e12),
@@ -193,6 +194,7 @@ class Config:
     log_interval: float = _f(1.0, "seconds between scalar logs and progress-line updates")
     max_skipped_updates: int = _f(100, "stop with an error after this many updates in a row skipped for non-finite gradients (0 = never)")
     env_restarts: int = _f(3, "an env whose step or reset fails (a crashed ViZDoom engine, a dead env process, any exception) is rebuilt in place with the same seed, its episode dropped; up to this many times per worker in any hour, after which the failure stops the run (0 = never rebuild)")
+    worker_restarts: int = _f(3, "worker processes: one that dies without a word (SIGKILL, the OOM killer) is forked again from the shared parameters, with new envs, up to this many times per run, after which a death stops the run (0 = never restart)")
     env_step_timeout: float = _f(30.0, "seconds an env step may take before it counts as a hang (or 50 x the env's median step, whichever is larger): its engine is killed and the env rebuilt as a crashed one (0 = no watchdog)")
     tensorboard: bool = _f(True, "also write TensorBoard scalars when tensorboardX is installed")
     quiet: bool = _f(False, "no live progress line")

@@ -6,7 +6,8 @@ Scalar names follow one scheme (as CleanRL): ``charts/episodic_return``,
 window), ``charts/reward_scale`` (when rewards are normalized),
 ``losses/policy_loss``, ``losses/value_loss``, ``losses/entropy``,
 ``losses/grad_norm``, ``losses/skipped_updates``, ``charts/env_restarts`` (the
-run's env restarts so far, written at each one).
+run's env restarts so far, written at each one), ``charts/worker_restarts``
+(the run's worker process restarts so far, written at each one).
 
 * ``metrics.csv``: ``wall_time,step,name,value`` (one row per scalar);
 * ``episodes.csv``: ``episode,wall_time,step,worker,return,length,end`` with

@@ -26,9 +26,19 @@ Checkpoints, logs and the stop conditions run in the trainer process,
 unchanged, on the shared arrays.
 
 Failures: a worker's exception reaches the trainer with its traceback (the
-run fails naming the worker, as with threads); a process that dies without
-one (killed) fails the run with its exit status, and a lock it held is
-taken back (:func:`free_lock`) so that the others stop at once.  Children
+run fails naming the worker, as with threads).  A process that dies without
+one (SIGKILL, the OOM killer) is restarted, up to ``worker_restarts`` (3)
+times per run: a lock it held is taken back (:func:`free_lock`), the engines
+and env processes it started are killed (their guards would kill them too)
+and its ViZDoom runtime dirs removed, the shared parameters and optimizer
+statistics are checked to be finite (a process killed mid-apply leaves a
+partly applied update, which Hogwild tolerates), and worker ``i`` is forked again from the trainer: the same
+index and core, new envs on a new seed stream (the seed mixed with its
+restart count), its update counters continued.  Each restart is a
+``warning:`` line, an errors.log entry, the ``charts/worker_restarts``
+scalar and ``summary.json`` ``worker_restarts``.  Past the limit (or with
+non-finite parameters) the death fails the run with its exit status, and a
+lock it held is taken back so that the others stop at once.  Children
 ignore SIGINT and SIGTERM (a terminal's Ctrl-C reaches the whole process
 group; the trainer, which gets it too, stops them and checkpoints) and die
 with the trainer (``PR_SET_PDEATHSIG``).
@@ -41,6 +51,8 @@ import ctypes
 import mmap
 import multiprocessing as mp
 import multiprocessing.connection as mpc
+import os
+import pickle
 import signal
 import sys
 import time
@@ -167,6 +179,60 @@ def free_lock(lock, wait=1.0):
     return True
 
 
+def _proc_start_time(pid):
+    """``pid``'s start time (clock ticks since boot, /proc/PID/stat field
+    22), or None if it is gone or a zombie: with the pid, it names one
+    process (a recycled pid has another start time)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def _own_children():
+    """``[(pid, start time)]`` of this process's live child processes (a
+    ViZDoom engine under its guard, an env process), read from /proc."""
+    me, out = os.getpid(), []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for d in names:
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == me and fields[0] not in ("Z", "X"):
+            out.append((int(d), int(fields[19])))
+    return out
+
+
+def kill_left_behind(procs, wait=2.0) -> int:
+    """After a worker process died: its engines and env processes
+    (``[(pid, start time)]``, as its :func:`_own_children` reported them)
+    are killed by their own guards; those still there after ``wait``
+    seconds are killed here.  Returns how many had to be killed."""
+    deadline = time.monotonic() + wait
+    left = [(pid, st) for pid, st in procs if _proc_start_time(pid) == st]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [(pid, st) for pid, st in left if _proc_start_time(pid) == st]
+    killed = 0
+    for pid, st in left:
+        if _proc_start_time(pid) == st:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except OSError:
+                pass
+    return killed
+
+
 def _die_with_parent():
     """SIGKILL this process when the process that forked it exits (Linux)."""
     try:
@@ -190,7 +256,9 @@ class ProcessBackend(Backend):
         self._conns = {}          # read end -> worker id
         self._block = None
         self._reported = set()    # worker ids whose failure is in the trainer's errors
-        self._lock = self._pstop = None
+        self._lock = self._pstop = self._ctx = None
+        self._engines = {}        # worker id -> [(pid, start time)] of its engines, env processes
+        self.restarts = 0         # worker processes restarted in this run
 
     def prepare(self):
         # env 0 was started by the trainer (the env id checked, the frame
@@ -241,22 +309,58 @@ class ProcessBackend(Backend):
         t = self.trainer
         t.warm_up()
         self._share()
-        ctx = mp.get_context("fork")
+        ctx = self._ctx = mp.get_context("fork")
         self._lock, self._pstop = ctx.Lock(), ctx.Event()
-        if t.logger is not None:
-            t.logger.flush()     # no buffered row is copied into the children
         t.t_start = time.perf_counter()
         for wid in range(t.n_workers):
-            r, w = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=self._child_main, args=(wid, w), daemon=True,
-                            name=f"a3c-worker-{wid}")
-            p.start()
-            w.close()
-            self._conns[r] = wid
-            self._procs.append(p)
+            self._procs.append(self._fork(wid))
         return self._procs
 
-    def _child_main(self, wid, conn):
+    def _fork(self, wid, restart=0):
+        """Fork worker ``wid``'s process (``restart``: how many times it was
+        restarted so far, 0 at the start)."""
+        t = self.trainer
+        if t.logger is not None:
+            t.logger.flush()     # no buffered row is copied into the children
+        for out in (t.out, sys.stdout, sys.stderr):     # nor buffered output
+            try:
+                out.flush()
+            except (AttributeError, OSError, ValueError):
+                pass
+        r, w = self._ctx.Pipe(duplex=False)
+        p = self._ctx.Process(target=self._child_main, args=(wid, w, restart), daemon=True,
+                              name=f"a3c-worker-{wid}")
+        p.start()
+        w.close()
+        self._conns[r] = wid
+        return p
+
+    def _left_behind(self):
+        """(In a worker process) what its death would leave behind:
+        ``([(pid, start time)] of its engines and env processes, [the
+        runtime dirs of its ViZDoom envs]])``."""
+        dirs = [d for d in (getattr(e, "_work_dir", None) for e in self.trainer._envs) if d]
+        return _own_children(), dirs
+
+    def _clean_up_after(self, wid) -> int:
+        """Worker ``wid``'s process died: kill its engines and env processes
+        still there (:func:`kill_left_behind`) and remove its envs' runtime
+        dirs; returns how many processes had to be killed."""
+        procs, dirs = self._engines.pop(wid, ([], []))
+        killed = kill_left_behind(procs)
+        if dirs:
+            from a3c_core.envs.doom import _remove_dir
+
+            runtime = os.path.join(self.trainer.run_dir, "vizdoom")
+            for d in dirs:
+                _remove_dir(d, runtime)
+        return killed
+
+    def worker_pids(self) -> list:
+        """The pids of the worker processes (the current ones, after restarts)."""
+        return [p.pid for p in self._procs]
+
+    def _child_main(self, wid, conn, restart=0):
         # a terminal's Ctrl-C or a SIGTERM to the whole group: the trainer,
         # which gets it too, stops the workers and checkpoints
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -274,9 +378,14 @@ class ProcessBackend(Backend):
             def restarted(wid, k, summary, text, count, limit):
                 # the trainer writes errors.log and the warning line
                 conn.send(("restart", wid, k, summary, text, count, limit))
+                conn.send(("engines", wid) + self._left_behind())     # the new engine's
 
             w = t.make_worker(wid, store, on_env_restart=restarted)
+            conn.send(("engines", wid) + self._left_behind())   # cleaned up if this process dies
             rows, merging = self._block["losses"], self._block["merging"]
+            if restart:     # a restarted worker's counters go on from its predecessor's
+                for f, v in zip(LossStats.FIELDS, rows[wid]):
+                    setattr(w.stats, f, float(v))
             stop, total = self._pstop, t.cfg.total_steps
             w.stopping = stop
             watchdog = step_watchdog(t, lambda: [w])     # this process's one worker
@@ -316,11 +425,14 @@ class ProcessBackend(Backend):
                         episodes.append(msg)
                     elif msg[0] == "restart":
                         t.env_restarted(*msg[1:])
+                    elif msg[0] == "engines":
+                        self._engines[wid] = msg[2:]
                     elif msg[0] == "error":
                         self._reported.add(wid)
                         t.errors.append((wid, msg[2]))
                         t.stop_event.set()
-            except (EOFError, OSError):
+            except (EOFError, OSError, ValueError, pickle.UnpicklingError):
+                # EOF: the worker ended; anything else: a message cut short by its death
                 del self._conns[r]
                 r.close()
         episodes.sort(key=lambda m: m[5])       # the workers' episodes in the order they ended
@@ -349,15 +461,61 @@ class ProcessBackend(Backend):
             elif p.exitcode and wid not in self._reported:
                 self._drain()                     # its last words, if it had any
                 if wid not in self._reported:
+                    if self._restart(procs, wid, p):
+                        alive = True
+                        continue
                     self._reported.add(wid)
-                    t.errors.append((wid, f"worker process {wid} (pid {p.pid}) died: "
-                                          f"{_describe_exit(p.exitcode)}"))
                     t.stop_event.set()
                     self._pstop.set()
                     free_lock(self._lock)     # the others can then stop at once
         # once the run stops, stop() takes over (bounded: a worker process
         # stuck in an env call is killed after STOP_TIMEOUT)
         return alive and not t.stop_event.is_set()
+
+    def _shared_finite(self) -> bool:
+        """The shared parameters, optimizer statistics and normalizer
+        statistics hold no NaN or inf."""
+        b = self._block
+        names = [n for n in b._views if n == "params" or n.startswith("opt.")
+                 or n.endswith(".stats")]
+        for n in names:
+            a = b[n]
+            if a.dtype.kind == "f":
+                for lo in range(0, a.size, 1 << 20):       # no full-size temporary
+                    if not np.isfinite(a.reshape(-1)[lo:lo + (1 << 20)]).all():
+                        return False
+        return True
+
+    def _restart(self, procs, wid, p) -> bool:
+        """Worker ``wid``'s process ``p`` died without a word: fork it again
+        (True), or put its death in the trainer's errors (False: the
+        restarts are used up, the run is stopping, or the shared state is
+        no longer finite)."""
+        t = self.trainer
+        how = _describe_exit(p.exitcode)
+        died = f"worker process {wid} (pid {p.pid}) died: {how}"
+        limit = int(getattr(t.cfg, "worker_restarts", 0))
+        # its engines and env processes: gone with it (their guards), or killed here
+        reaped = self._clean_up_after(wid)
+        if t.stop_event.is_set() or self._pstop.is_set():
+            t.errors.append((wid, died))
+            return False
+        if self.restarts >= limit:
+            if limit:
+                died += (f"; not restarted: the run's {limit} worker restart"
+                         f"{'s' * (limit > 1)} are used up (--worker-restarts)")
+            t.errors.append((wid, died))
+            return False
+        free_lock(self._lock)     # it may have died holding it
+        if not self._shared_finite():
+            t.errors.append((wid, died + "; not restarted: the shared parameters or "
+                                         "optimizer statistics are no longer finite (NaN/inf)"))
+            return False
+        self.restarts += 1
+        gen = t.worker_generation[wid] = t.worker_generation[wid] + 1
+        procs[wid] = self._fork(wid, restart=gen)
+        t.worker_restarted(wid, p.pid, how, procs[wid].pid, self.restarts, limit, reaped)
+        return True
 
     def stop(self, procs):
         procs = procs or self._procs     # (a signal while they were being started)

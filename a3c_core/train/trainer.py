@@ -67,7 +67,7 @@ class TrainResult:
                  long_avg=None, best_avg=None, best_step=None, best_checkpoint=None,
                  skipped_updates=0, signal=None, avg_window=100, long_window=0,
                  episode_ends=None, unwritten_rows=None, checkpoint_write_failures=0,
-                 env_restarts=0):
+                 env_restarts=0, worker_restarts=0):
         self.run_dir = run_dir
         self.status = status  # "done", "interrupted" or "failed"
         self.steps = steps
@@ -91,6 +91,8 @@ class TrainResult:
         self.checkpoint_write_failures = int(checkpoint_write_failures)
         #: envs rebuilt in place after a crash or a hang (errors.log has each traceback)
         self.env_restarts = int(env_restarts)
+        #: worker processes forked again after theirs died (errors.log has each one)
+        self.worker_restarts = int(worker_restarts)
 
     @property
     def exit_code(self) -> int:
@@ -225,6 +227,8 @@ class Trainer:
                 self.resume_note += f"; skipped {why}"
             self.run_dir = resume
         self.n_workers = cfg.n_workers()
+        #: times each worker's process was restarted (a new seed stream each time)
+        self.worker_generation = [0] * self.n_workers
         self.resumes = int(ckpt.meta.get("counters", {}).get("resumes", -1)) + 1 if ckpt else 0
 
         if resume is None:
@@ -342,7 +346,11 @@ class Trainer:
         self._env_error = [None] * len(self._envs)
 
     def _env_seed(self, wid, j=0):
-        """Env ``j`` of worker ``wid`` (``j`` > 0 with envs_per_worker > 1)."""
+        """Env ``j`` of worker ``wid`` (``j`` > 0 with envs_per_worker > 1);
+        a restarted worker process's envs get a new seed stream."""
+        gen = self.worker_generation[wid]
+        if gen:
+            return _seed_of(self.cfg.seed, wid, self.resumes, j, gen)
         if j:
             return _seed_of(self.cfg.seed, wid, self.resumes, j)
         return _seed_of(self.cfg.seed, wid, self.resumes)
@@ -448,7 +456,8 @@ class Trainer:
         envs = [self._env(e) for e in range(wid * K, (wid + 1) * K)]
         env = envs[0]
         pipe = ObsPipeline(self.pipeline_spec, env.obs_shape)
-        rng = np.random.default_rng([self.cfg.seed, wid, self.resumes])
+        gen = self.worker_generation[wid]     # > 0: a restarted worker process
+        rng = np.random.default_rng([self.cfg.seed, wid, self.resumes] + ([gen] if gen else []))
         return Worker(wid, envs if K > 1 else env, new_network(self.plan), pipe,
                       store if store is not None else self.store, self.plan.settings, rng,
                       offset=worker_offset(wid, self.n_workers, self.shared.n_params),
@@ -482,6 +491,27 @@ class Trainer:
         print(f"warning: worker {wid}: env {k} ({self.cfg.env}) failed and was rebuilt, its "
               f"episode dropped: {summary}; restart {left} (--env-restarts); traceback in {log}",
               file=sys.stderr, flush=True)
+
+    # -- worker process restarts ---------------------------------------------
+    worker_restarts = 0         # worker processes forked again in this run (summary.json)
+
+    def worker_restarted(self, wid, pid, how, new_pid, count, limit, reaped=0):
+        """Worker ``wid``'s process ``pid`` died (``how``) and was forked
+        again as ``new_pid``: one warning line, an errors.log entry and the
+        run's count so far as the ``charts/worker_restarts`` scalar."""
+        left = ("the next death stops the run" if count >= limit
+                else f"{count} of {limit} allowed per run")
+        engines = (f"; {reaped} of its engine or env processes killed" if reaped else "")
+        what = (f"worker process {wid} (pid {pid}) died: {how}; restarted from the shared "
+                f"parameters as pid {new_pid}, with new envs{engines}; restart {left} "
+                f"(--worker-restarts)")
+        with self._restart_lock:
+            self.worker_restarts += 1
+            log = self.append_error_log(f"worker process {wid} restarted", what)
+            if self.logger is not None:
+                self.logger.scalar("charts/worker_restarts", self.worker_restarts,
+                                   self.backend.live_steps(), self.elapsed())
+        print(f"warning: {what}; see {log}", file=sys.stderr, flush=True)
 
     def warm_up(self):
         """Compile (first run) or load (cached) the Numba kernels before the clock starts."""
@@ -879,7 +909,8 @@ class Trainer:
             avg_window=min(n_eps, self.cfg.reward_window), long_window=n_eps,
             episode_ends=self.rewards.ends(),
             unwritten_rows=self.logger.unwritten if self.logger is not None else None,
-            checkpoint_write_failures=self._write_failures, env_restarts=self.env_restarts)
+            checkpoint_write_failures=self._write_failures, env_restarts=self.env_restarts,
+            worker_restarts=self.worker_restarts)
 
     def _write_summary(self, result):
         d = result.to_dict()
