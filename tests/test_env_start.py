@@ -129,7 +129,7 @@ def test_workers_racing_the_starter_start_each_env_once(tmp_path, monkeypatch):
 def test_an_env_that_does_not_start_fails_the_run_with_its_error(tmp_path, monkeypatch):
     cfg = _cfg(tmp_path)
     probe = Trainer.__new__(Trainer)
-    probe.cfg, probe.resumes = cfg, 0
+    probe.cfg, probe.resumes, probe.worker_generation = cfg, 0, [0, 0]
     bad = probe._env_seed(1, 1)            # env 3: worker 1's second
     spy = _Spy(monkeypatch, fail_seed=bad)
     _slow_warm_up(monkeypatch, until_all_ready=True)

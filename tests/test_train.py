@@ -331,11 +331,11 @@ def test_resume_with_a_larger_budget_anneals_over_it(tmp_path):
 
 
 @pytest.mark.parametrize("extra, want", [
-    ({}, (False, 2e-4, 1_000_000, 0.1)),    # doom-lstm defaults: 2x with the 8 envs of basic
-    ({"total_steps": 0, "total_seconds": 60.0}, (False, 2e-4, 1_000_000, 0.1)),  # budget-free
-    ({"lr_anneal_steps": 0, "lr_anneal_floor": 0.0}, (False, 2e-4, 50_000, 0.0)),  # the paper's
+    ({}, (False, 1e-4, 1_000_000, 0.1)),    # doom-lstm defaults (basic: 4 envs x 5 ticks, 1x)
+    ({"total_steps": 0, "total_seconds": 60.0}, (False, 1e-4, 1_000_000, 0.1)),  # budget-free
+    ({"lr_anneal_steps": 0, "lr_anneal_floor": 0.0}, (False, 1e-4, 50_000, 0.0)),  # the paper's
     ({"lr_anneal": False, "adam_amsgrad": True, "lr": 2e-4}, (True, 2e-4, 0, 0.1)),
-    ({"spec": "doom-ff"}, (False, 2e-4, 0, 0.1)),
+    ({"spec": "doom-ff"}, (False, 1e-4, 0, 0.1)),
 ])
 def test_trainer_builds_the_documented_adam_defaults(tmp_path, extra, want):
     """The trainer's Adam follows Config's spec defaults: doom-lstm's anneals over
