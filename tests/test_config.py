@@ -20,10 +20,11 @@ def test_defaults_are_the_standard_workload():
     assert c.env == "doom:basic"
     assert (c.t_max, c.envs_per_worker, c.gamma, c.gae_lambda) == (None, None, 0.99, None)
     assert (c.value_coef, c.max_grad_norm) == (0.5, 40.0)
-    # doom:basic's batched worker: 4 envs per worker, t_max 5: 20 rows, Adam at 1x
+    # the paper's worker by default; the batched worker's t_max and Adam rate
     d = rollout_defaults(c)
-    assert (d.envs_per_worker, d.t_max) == (4, 5)
+    assert (d.envs_per_worker, d.t_max) == (1, 20)
     assert resolve(c).lr == pytest.approx(1e-4)
+    assert rollout_defaults(c.replace(envs_per_worker=4)).t_max == 5
     assert _r(envs_per_worker=8).lr == pytest.approx(2e-4)              # 40 rows: 2x
     # the paper's worker where K = 1 is asked for, or on other scenarios
     p1 = rollout_defaults(c.replace(envs_per_worker=1))
@@ -49,7 +50,7 @@ def test_defaults_are_the_standard_workload():
 def test_resolve_learning_rate_per_family_spec_and_optimizer():
     # Adam: 1e-4 on doom and Atari, 3e-4 on the vector specs (docs/defaults.md);
     # an explicit lr always wins
-    assert _r().lr == pytest.approx(1e-4)        # doom:basic's 4 envs x t_max 5: 1x
+    assert _r().lr == pytest.approx(1e-4)
     assert _r(spec="doom-lstm", envs_per_worker=1).lr == pytest.approx(1e-4)
     cart = dict(env="CartPole-v1")
     assert _r("vector", **cart).spec == "mlp-lstm"
@@ -293,7 +294,7 @@ def test_shipped_config_files_load():
     basic = Config.from_toml(str(root / "doom_basic.toml"))
     assert basic == Config().replace(spec="doom-lstm", frame_skip=4, lr=1e-4, lr_anneal=True,
                                      entropy_beta=0.01, gae_lambda=1.0, obs_norm=True,
-                                     envs_per_worker=4, t_max=5)
+                                     envs_per_worker=1, t_max=20)
     rb, rd = resolve(basic), resolve(Config())
     assert rb.obs_norm == rd.obs_norm is True
     assert rb.merge_below == rd.merge_below

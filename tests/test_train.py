@@ -331,7 +331,7 @@ def test_resume_with_a_larger_budget_anneals_over_it(tmp_path):
 
 
 @pytest.mark.parametrize("extra, want", [
-    ({}, (False, 1e-4, 1_000_000, 0.1)),    # doom-lstm defaults (basic: 4 envs x 5 ticks, 1x)
+    ({}, (False, 1e-4, 1_000_000, 0.1)),                     # doom-lstm defaults
     ({"total_steps": 0, "total_seconds": 60.0}, (False, 1e-4, 1_000_000, 0.1)),  # budget-free
     ({"lr_anneal_steps": 0, "lr_anneal_floor": 0.0}, (False, 1e-4, 50_000, 0.0)),  # the paper's
     ({"lr_anneal": False, "adam_amsgrad": True, "lr": 2e-4}, (True, 2e-4, 0, 0.1)),
