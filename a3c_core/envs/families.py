@@ -209,7 +209,7 @@ DOOM = EnvFamily(
     # from 0.59 to 0.90 (docs/scenarios.md#defend_the_center-paying-for-ammo)
     # basic keeps the paper's worker: 4 envs per worker in lockstep (t_max 5)
     # reached avg100 75 in 22.1-25.8 s against 29.0-36.2 s, but collapsed
-    # after it in 1 of 4 runs (8 envs at Adam 2e-4 dipped in 3 of 6), where
+    # after it in 1 of 5 runs (8 envs at Adam 2e-4 dipped in 3 of 6), where
     # the paper's worker stayed learned (docs/results.md#the-batched-worker)
     scenarios=_frozen({"health_gathering": _frozen({"health_reward": 1.0}),
                        "health_gathering_supreme": _frozen({"health_reward": 1.0}),
