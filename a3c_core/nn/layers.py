@@ -489,23 +489,19 @@ class LSTM:
         da = ws["da"][:t_len]
         hs = ws["hs"][:t_len + n_seq]
         cs = ws["cs"][:t_len + n_seq]
-        if n_seq > 1:
+        if n_seq > 1 or resets:
+            # each row's input state: the previous output, or hin/cin at a reset
             r = ws["reset"][:t_len]
             hprev, cprev = ws["hprev"][:t_len], ws["cprev"][:t_len]
             hprev[...] = hs[:t_len]
             cprev[...] = cs[:t_len]
             hprev[r] = ws["hin"][:t_len][r]
             cprev[r] = ws["cin"][:t_len][r]
+        if n_seq > 1:
             K.lstm_rows_backward(dhs, p[n + ".weight_hh"], hs, cs, cprev, r,
                                  ws["gates"][:t_len], da, ws["dseq_h"][:n_seq],
                                  ws["dseq_c"][:n_seq])
         elif resets:
-            r = ws["reset"][:t_len]
-            hprev, cprev = ws["hprev"][:t_len], ws["cprev"][:t_len]
-            hprev[...] = hs[:t_len]
-            cprev[...] = cs[:t_len]
-            hprev[r] = ws["hin"][:t_len][r]
-            cprev[r] = ws["cin"][:t_len][r]
             K.lstm_seq_backward_reset(dhs, ws["zero"], ws["zero"], p[n + ".weight_hh"], hs, cs,
                                       cprev, r, ws["gates"][:t_len], da, ws["dh0"], ws["dc0"])
         else:

@@ -480,12 +480,7 @@ class Trainer:
         """Worker ``wid`` rebuilt its env ``k``: one warning line, the
         traceback appended to errors.log and the run's count so far as the
         ``charts/env_restarts`` scalar (the run goes on)."""
-        with self._restart_lock:
-            self.env_restarts += 1
-            log = self.append_error_log(f"worker {wid} env {k} restarted", text)
-            if self.logger is not None:
-                self.logger.scalar("charts/env_restarts", self.env_restarts,
-                                   self.backend.live_steps(), self.elapsed())
+        log = self._count_restart("env_restarts", f"worker {wid} env {k} restarted", text)
         left = ("the next failure within the hour stops the run" if count >= limit
                 else f"{count} of {limit} allowed per worker per hour")
         print(f"warning: worker {wid}: env {k} ({self.cfg.env}) failed and was rebuilt, its "
@@ -505,13 +500,20 @@ class Trainer:
         what = (f"worker process {wid} (pid {pid}) died: {how}; restarted from the shared "
                 f"parameters as pid {new_pid}, with new envs{engines}; restart {left} "
                 f"(--worker-restarts)")
-        with self._restart_lock:
-            self.worker_restarts += 1
-            log = self.append_error_log(f"worker process {wid} restarted", what)
-            if self.logger is not None:
-                self.logger.scalar("charts/worker_restarts", self.worker_restarts,
-                                   self.backend.live_steps(), self.elapsed())
+        log = self._count_restart("worker_restarts", f"worker process {wid} restarted", what)
         print(f"warning: {what}; see {log}", file=sys.stderr, flush=True)
+
+    def _count_restart(self, counter, title, text):
+        """One more ``counter`` (``env_restarts`` or ``worker_restarts``): the
+        errors.log entry and the ``charts/<counter>`` scalar; returns the log path."""
+        with self._restart_lock:
+            n = getattr(self, counter) + 1
+            setattr(self, counter, n)
+            log = self.append_error_log(title, text)
+            if self.logger is not None:
+                self.logger.scalar(f"charts/{counter}", n, self.backend.live_steps(),
+                                   self.elapsed())
+        return log
 
     def warm_up(self):
         """Compile (first run) or load (cached) the Numba kernels before the clock starts."""
