@@ -67,7 +67,7 @@ def versions() -> dict:
     return out
 
 
-def _umask() -> int:
+def process_umask() -> int:
     """The process umask, read without changing it where the OS allows."""
     try:
         with open("/proc/self/status") as fh:
@@ -124,7 +124,7 @@ def _write(path, params, meta, opt_arrays):
     fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + "-", dir=directory)
     try:
         if hasattr(os, "fchmod"):
-            os.fchmod(fd, 0o666 & ~_umask())
+            os.fchmod(fd, 0o666 & ~process_umask())
         with os.fdopen(fd, "wb") as fh:
             np.savez(fh, **arrays)
             fh.flush()

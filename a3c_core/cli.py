@@ -38,12 +38,12 @@ def _field_help(f, default) -> str:
 
 
 def _add_config_flags(p):
-    from a3c_core.train.config import Config, _base_type
+    from a3c_core.train.config import Config, base_type
 
     defaults = Config()
     for f in fields(Config):
         flag = "--" + f.name.replace("_", "-")
-        typ = _base_type(f)
+        typ = base_type(f)
         help_ = _field_help(f, getattr(defaults, f.name))
         if typ is bool:
             p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_)

@@ -136,10 +136,10 @@ def warm_up(specs=None, dtypes=(np.float32,), parallel=False):
 
 def _helper_main():
     """The helper process of ``warm_up(parallel=True)`` (see there)."""
-    from a3c_core.warmup import _watch_parent
+    from a3c_core.warmup import watch_parent
     from a3c_core.nn.network import build_network
 
-    job = _watch_parent()["job"]
+    job = watch_parent()["job"]
     rng = np.random.default_rng(0)
     for name in job["dtypes"]:
         for spec in job["specs"]:

@@ -36,14 +36,15 @@ def check_env_matches(policy, env, env_id):
 
 
 def trained_env_options(env_meta) -> dict:
-    """The adapter options that rebuild a checkpoint's env as it trained: a
+    """The adapter options that rebuild a checkpoint's env as it trained: the
+    options its family's spec records (:meth:`EnvFamily.trained_options`; a
     Doom checkpoint's action set and view, ``"buttons"`` and ``"full"`` for
-    one saved before the checkpoint recorded them (a scenario's default may
+    one saved before the checkpoint recorded them: a scenario's default may
     be another now)."""
-    if env_meta.get("kind") == "doom":
-        return {"action_set": env_meta.get("action_set", "buttons"),
-                "view": env_meta.get("view", "full")}
-    return {}
+    from a3c_core.envs.families import family_named
+
+    family = family_named(env_meta.get("kind"))
+    return family.trained_options(env_meta) if family is not None else {}
 
 
 def episode_end(env, terminated, truncated) -> str:

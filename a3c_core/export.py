@@ -49,9 +49,9 @@ import tempfile
 import numpy as np
 
 from a3c_core import __version__
-from a3c_core.checkpoint import _umask
+from a3c_core.checkpoint import process_umask
 from a3c_core.core.preprocess import LUMA, area_table
-from a3c_core.obs import _parse_norm
+from a3c_core.obs import parse_norm
 
 __all__ = [
     "INSTALL_HINT",
@@ -167,7 +167,7 @@ def _preprocess_nodes(g, pipeline, x):
     y = g.op("MatMul", [g.const("resize_rows", R), xf], name="resized_rows")   # (N, Ho, W*C)
     y = g.op("MatMul", [y, g.const("resize_cols", Cm)], name="resized")         # (N, Ho, Wo)
     y = g.op("Min", [y, g.const("one", np.array(1.0, np.float32))], name="clamped")
-    mean, inv_std = _parse_norm(spec.get("norm"), out_shape)
+    mean, inv_std = parse_norm(spec.get("norm"), out_shape)
     if mean is not None:
         y = g.op("Sub", [y, g.const("norm_mean", mean.reshape(out_shape))], name="centred")
         y = g.op("Mul", [y, g.const("norm_inv_std", np.array(inv_std, np.float32))],
@@ -315,7 +315,7 @@ def _atomic_write(path, write):
         raise ExportError(f"cannot write {path}: {e.strerror or e} (directory {directory})") from None
     try:
         if hasattr(os, "fchmod"):        # the mode a new file gets, not mkstemp's 0600
-            os.fchmod(fd, 0o666 & ~_umask())
+            os.fchmod(fd, 0o666 & ~process_umask())
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()

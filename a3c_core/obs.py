@@ -51,7 +51,7 @@ class ObsPipeline:
             self._prep = Preprocessor(self.raw_shape, out_shape, crop=tuple(crop) if crop else None)
             self.net_obs_shape = (1,) + out_shape
             self._n_pix = out_shape[0] * out_shape[1]
-            self._mean, self._inv_std = _parse_norm(self.spec.get("norm"), out_shape)
+            self._mean, self._inv_std = parse_norm(self.spec.get("norm"), out_shape)
             if self._mean is not None:
                 # (x - mean) / std in the resize's own nogil pass
                 self._prep.set_norm(self._mean, float(self._inv_std))
@@ -141,7 +141,7 @@ class ObsPipeline:
 IMAGE_NORM_MIN_STD = 1.0 / 255.0
 
 
-def _parse_norm(norm, out_shape):
+def parse_norm(norm, out_shape):
     """``(mean (1, H, W) float32, 1 / std float32)`` from a spec's ``"norm"``, or
     ``(None, None)``; ValueError naming the problem for a malformed one (a
     corrupt checkpoint)."""

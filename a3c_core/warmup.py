@@ -132,7 +132,7 @@ class CompileHelper:
     most once: :meth:`arm` starts it after ``delay`` seconds (default
     :data:`HELPER_DELAY_S`) unless :meth:`wait` or :meth:`stop` comes
     first, so a warm cache, which loads within the delay, never starts one.
-    ``job`` (JSON-able) reaches the ``entry`` code as ``_watch_parent()["job"]``."""
+    ``job`` (JSON-able) reaches the ``entry`` code as ``watch_parent()["job"]``."""
 
     #: seconds to wait for the helper before compiling here anyway
     timeout = 120.0
@@ -196,7 +196,7 @@ class CompileHelper:
             proc.wait()
 
 
-def _watch_parent():
+def watch_parent():
     """In a helper process: read its argument (``argv[1]``, JSON) and start a
     thread that exits the process as soon as the parent named there is gone."""
     arg = json.loads(sys.argv[1])
@@ -217,7 +217,7 @@ def _helper_main():
     marked recorded (neither the step kernel, which the parent is compiling,
     nor the batched forward, which a worker never runs).  Exits when its
     parent is gone."""
-    net = network_from_spec(_watch_parent()["job"])
+    net = network_from_spec(watch_parent()["job"])
     zeros = np.zeros(3, np.float32)
-    net._zero_recording(3)      # zero rows: no batched-forward kernels to compile
+    net.zero_recording(3)      # zero rows: no batched-forward kernels to compile
     net.rollout_grad(np.zeros(3, np.int64), zeros, zeros)

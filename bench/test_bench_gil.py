@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from a3c_core import bench
+from a3c_core.bench import gil
 
 
 @contextlib.contextmanager
@@ -35,18 +35,18 @@ def _gil_hog():
 
 
 def test_gil_probe_sees_a_gil_holding_thread():
-    alone = bench.gil_probe(0.2)
+    alone = gil.gil_probe(0.2)
     base = float(np.median(alone))
     with _gil_hog():
-        busy = bench.gil_probe(0.3)
+        busy = gil.gil_probe(0.3)
     # loose: the machine may be shared; the point is that the probe sees the hog
-    assert bench.gil_blocked_fraction(busy, base) > bench.gil_blocked_fraction(alone, base) + 0.3
+    assert gil.gil_blocked_fraction(busy, base) > gil.gil_blocked_fraction(alone, base) + 0.3
 
 
 def test_gil_waits_sees_a_gil_holding_thread():
-    alone = bench.gil_waits(0.2)
+    alone = gil.gil_waits(0.2)
     if alone is None:
         pytest.skip("no usable time-stamp counter on this machine")
     with _gil_hog():
-        busy = bench.gil_waits(0.3)
-    assert bench.gil_held_share(busy) > bench.gil_held_share(alone) + 0.5
+        busy = gil.gil_waits(0.3)
+    assert gil.gil_held_share(busy) > gil.gil_held_share(alone) + 0.5

@@ -6,7 +6,8 @@ import numpy as np
 
 import pytest
 
-from a3c_core import bench, timing
+from a3c_core import timing
+from a3c_core.bench import cli, e2e, gil, kernels, machine
 
 # doom-lstm, 84x84 gray input, 3 actions: multiply-adds per step, by hand.
 CONV1 = 20 * 20 * 16 * (1 * 8 * 8)      # (84-8)/4+1 = 20
@@ -18,12 +19,12 @@ MACS = CONV1 + CONV2 + FC + LSTM + HEADS
 
 
 def test_flops_doom_lstm_hand_count():
-    fl = bench.flops("doom-lstm", (1, 84, 84), 3, T=1)
+    fl = kernels.flops("doom-lstm", (1, 84, 84), 3, T=1)
     assert fl["forward"] == 2 * MACS
     # backward: input + weight grads for every layer, except conv1's input grad
     assert fl["backward"] == 2 * 2 * MACS - 2 * CONV1
     assert [L["name"] for L in fl["layers"]] == ["conv1", "conv2", "fc", "lstm", "policy", "value"]
-    fl20 = bench.flops("doom-lstm", (1, 84, 84), 3, T=20)
+    fl20 = kernels.flops("doom-lstm", (1, 84, 84), 3, T=20)
     assert fl20["total"] == 20 * fl["total"]
 
 
@@ -31,7 +32,7 @@ def test_flops_atari_lstm_hand_count():
     # four 3x3 stride-2 padding-1 convs: 42 -> 21 -> 11 -> 6 -> 3
     convs = [21 * 21 * 32 * 9, 11 * 11 * 32 * 32 * 9, 6 * 6 * 32 * 32 * 9, 3 * 3 * 32 * 32 * 9]
     macs = sum(convs) + 4 * 256 * (288 + 256) + 256 * 6 + 256
-    fl = bench.flops("atari-lstm", (1, 42, 42), 6, T=1)
+    fl = kernels.flops("atari-lstm", (1, 42, 42), 6, T=1)
     assert fl["forward"] == 2 * macs
     assert fl["backward"] == 2 * 2 * macs - 2 * convs[0]
     layers = fl["layers"]
@@ -45,7 +46,7 @@ def test_layer_table_follows_the_network():
     from a3c_core.nn import build_network
 
     net = build_network("mlp-lstm", (5,), 2, hidden=(16, 8), lstm_size=12)
-    table = bench.layer_table(net)
+    table = kernels.layer_table(net)
     assert [(L["kind"], L["name"]) for L in table] == [
         ("dense", "fc1"), ("dense", "fc2"), ("lstm", "lstm"), ("dense", "policy"),
         ("dense", "value")]
@@ -54,7 +55,7 @@ def test_layer_table_follows_the_network():
 
 def test_bench_quick_table_and_json(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    rc = bench.main(["--quick", "--skip-e2e", "--skip-env", "--repeat", "2", "--sgemm-n", "128",
+    rc = cli.main(["--quick", "--skip-e2e", "--skip-env", "--repeat", "2", "--sgemm-n", "128",
                      "--json", str(out)])
     assert rc == 0
     text = capsys.readouterr().out
@@ -86,17 +87,17 @@ def _info(isa, arch, coretype=None, api="openblas"):
 
 
 def test_blas_note_flags_avx2_kernels_on_an_avx512_cpu():
-    note = bench.blas_note(_info(["avx2", "avx512f", "fma"], "Haswell", "Haswell"))
+    note = timing.blas_note(_info(["avx2", "avx512f", "fma"], "Haswell", "Haswell"))
     assert "Haswell (AVX2) kernels on this AVX-512 CPU" in note
     assert "OPENBLAS_CORETYPE=Haswell selects them" in note
-    chosen = bench.blas_note(_info(["avx2", "avx512f"], "Zen"))
+    chosen = timing.blas_note(_info(["avx2", "avx512f"], "Zen"))
     assert "OpenBLAS chose them" in chosen and "Zen (AVX2)" in chosen
     # nothing to say: AVX-512 kernels, an AVX2-only CPU, or not OpenBLAS
-    assert bench.blas_note(_info(["avx2", "avx512f"], "SkylakeX")) is None
-    assert bench.blas_note(_info(["avx2", "avx512f"], "SapphireRapids", "SapphireRapids")) is None
-    assert bench.blas_note(_info(["avx2", "fma"], "Haswell", "Haswell")) is None
-    assert bench.blas_note(_info(["avx2", "avx512f"], None, api="mkl")) is None
-    assert bench.blas_note({"cpu_isa": []}) is None
+    assert timing.blas_note(_info(["avx2", "avx512f"], "SkylakeX")) is None
+    assert timing.blas_note(_info(["avx2", "avx512f"], "SapphireRapids", "SapphireRapids")) is None
+    assert timing.blas_note(_info(["avx2", "fma"], "Haswell", "Haswell")) is None
+    assert timing.blas_note(_info(["avx2", "avx512f"], None, api="mkl")) is None
+    assert timing.blas_note({"cpu_isa": []}) is None
 
 
 def test_blas_kernel_note_reads_this_process(monkeypatch):
@@ -113,32 +114,32 @@ def test_blas_kernel_note_reads_this_process(monkeypatch):
 
 
 def test_machine_info_records_the_blas_kernels():
-    info = bench.machine_info()
-    assert info["openblas_coretype"] == bench.os.environ.get("OPENBLAS_CORETYPE")
+    info = machine.machine_info()
+    assert info["openblas_coretype"] == os.environ.get("OPENBLAS_CORETYPE")
     assert all("architecture" in d for d in info["blas"])
-    assert info["blas_note"] == bench.blas_note(info)
+    assert info["blas_note"] == timing.blas_note(info)
 
 
 def test_gil_held_share_counts_the_requests_that_waited():
     waits = np.array([0.1e-6, 0.3e-6, 1.9e-6, 2.1e-6, 25e-6, 400e-6, 0.2e-6, 0.0])
-    assert bench.gil_held_share(waits) == 3 / 8            # over the 2 us threshold
-    assert bench.gil_held_share(waits, threshold=1e-6) == 4 / 8
-    assert bench.gil_held_share(np.array([])) == 0.0
+    assert gil.gil_held_share(waits) == 3 / 8            # over the 2 us threshold
+    assert gil.gil_held_share(waits, threshold=1e-6) == 4 / 8
+    assert gil.gil_held_share(np.array([])) == 0.0
 
 
 def test_gil_waits_off_without_a_usable_counter(monkeypatch):
-    monkeypatch.setattr(bench, "_TSC", None)
-    monkeypatch.setattr(bench.platform, "machine", lambda: "aarch64")
-    assert bench._tsc_probe() is None
-    assert bench.gil_waits(0.01) is None
-    monkeypatch.setattr(bench, "_TSC", None)
-    monkeypatch.setattr(bench.platform, "machine", lambda: "x86_64")
-    monkeypatch.setattr(bench, "_cpuinfo", lambda: ("cpu", {"avx2"}))     # no constant_tsc
-    assert bench._tsc_probe() is None
+    monkeypatch.setattr(gil, "_TSC", None)
+    monkeypatch.setattr(gil.platform, "machine", lambda: "aarch64")
+    assert gil._tsc_probe() is None
+    assert gil.gil_waits(0.01) is None
+    monkeypatch.setattr(gil, "_TSC", None)
+    monkeypatch.setattr(gil.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(gil, "_cpuinfo", lambda: ("cpu", {"avx2"}))     # no constant_tsc
+    assert gil._tsc_probe() is None
 
 
 def test_gil_waits_returns_one_wait_per_request():
-    w = bench.gil_waits(0.05)
+    w = gil.gil_waits(0.05)
     if w is None:
         pytest.skip("no usable time-stamp counter on this machine")
     assert w.ndim == 1 and w.size > 10          # ~200 us per request
@@ -154,10 +155,10 @@ def test_bench_gil_rows_with_either_probe(monkeypatch, counter):
 
     pytest.importorskip("gymnasium")
     if not counter:
-        monkeypatch.setattr(bench, "gil_waits", lambda *a, **k: None)
-    elif bench.gil_waits(0.01) is None:
+        monkeypatch.setattr(gil, "gil_waits", lambda *a, **k: None)
+    elif gil.gil_waits(0.01) is None:
         pytest.skip("no usable time-stamp counter on this machine")
-    rows = bench.bench_gil("CartPole-v1", "mlp", 0.6, 0.2)
+    rows = gil.bench_gil("CartPole-v1", "mlp", 0.6, 0.2)
     assert [r.name for r in rows] == ["GIL held (1 worker)", "GIL us/step",
                                       "GIL us/step (probe noise subtracted)"]
     held = rows[0].extra
@@ -192,12 +193,40 @@ def test_blas_kernels_reports_each_setting(capsys, monkeypatch):
         bk.main(["--n", "0"])
 
 
+def test_importing_bench_leaves_the_trainer_and_the_optional_peers_out():
+    """``import a3c_core.bench`` (what ``a3c bench --help`` pays) loads
+    neither the trainer nor the exporter, the torch twin or the Doom adapter
+    at module level: the rows that need them import them when they run."""
+    import subprocess
+    import sys
+
+    heavy = ("a3c_core.train.trainer", "a3c_core.train.worker", "a3c_core.export",
+             "a3c_core.nn.torch_twin", "torch", "onnxruntime", "vizdoom")
+    code = ("import sys, a3c_core.bench\n"
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]", r.stdout
+
+
+def test_bench_modules_stay_small():
+    """One module per topic, none over 400 lines."""
+    pkg = os.path.dirname(machine.__file__)
+    sizes = {}
+    for name in sorted(os.listdir(pkg)):
+        if name.endswith(".py"):
+            with open(os.path.join(pkg, name)) as fh:
+                sizes[name] = sum(1 for _ in fh)
+    assert {"cli.py", "machine.py", "gil.py"} <= set(sizes)
+    assert max(sizes.values()) <= 400, sizes
+
+
 def test_bench_rejects_bad_workers():
     with pytest.raises(SystemExit):
-        bench.main(["--workers", "0,x"])
+        cli.main(["--workers", "0,x"])
     for bad in ("0", "65", "two"):
         with pytest.raises(SystemExit):
-            bench.main(["--envs-per-worker", bad])
+            cli.main(["--envs-per-worker", bad])
 
 
 def test_bench_e2e_with_several_envs_per_worker(monkeypatch):
@@ -206,13 +235,13 @@ def test_bench_e2e_with_several_envs_per_worker(monkeypatch):
     pytest.importorskip("gymnasium")
     seen = []
 
-    class Spy(bench._TrainerRun):
+    class Spy(e2e._TrainerRun):
         def stop(self):
             seen.append([w.n_envs for w in self.trainer.workers if w is not None])
             return super().stop()
 
-    monkeypatch.setattr(bench, "_TrainerRun", Spy)
-    rows = bench.bench_e2e("CartPole-v1", "mlp", [1], 0.6, 0.2, envs_per_worker=2)
+    monkeypatch.setattr(e2e, "_TrainerRun", Spy)
+    rows = e2e.bench_e2e("CartPole-v1", "mlp", [1], 0.6, 0.2, envs_per_worker=2)
     assert seen == [[2]]
     train = [r for r in rows if r.name.startswith("train steps/s")]
     assert train[0].name == "train steps/s w1 k2" and "2 envs each" in train[0].notes
@@ -229,7 +258,7 @@ def _second_worker_late(at_window):
     process) and that calls ``at_window(trainer)`` as its window opens."""
     import time as _time
 
-    class Slow(bench._TrainerRun):
+    class Slow(e2e._TrainerRun):
         def __init__(self, *a, **k):
             super().__init__(*a, **k)
             make = self.trainer.make_worker
@@ -252,9 +281,9 @@ def test_bench_e2e_window_waits_for_every_worker(monkeypatch):
     and the row gives the ramp.  Worker 1 is held back 0.6 s here."""
     pytest.importorskip("gymnasium")
     at_window = []
-    monkeypatch.setattr(bench, "_TrainerRun", _second_worker_late(
+    monkeypatch.setattr(e2e, "_TrainerRun", _second_worker_late(
         lambda tr: at_window.append([w is not None and w.stats.updates > 0 for w in tr.workers])))
-    rows = bench.bench_e2e("CartPole-v1", "mlp", [2], 0.5, 0.1)
+    rows = e2e.bench_e2e("CartPole-v1", "mlp", [2], 0.5, 0.1)
     assert at_window == [[True, True]]
     ramp = rows[0].extra["ramp_s"]
     assert 0.5 <= ramp < 5.0
@@ -267,9 +296,9 @@ def test_bench_e2e_with_worker_processes(monkeypatch):
     updated (worker 1 held back 0.6 s in its process), the notes say so."""
     pytest.importorskip("gymnasium")
     at_window = []
-    monkeypatch.setattr(bench, "_TrainerRun", _second_worker_late(
+    monkeypatch.setattr(e2e, "_TrainerRun", _second_worker_late(
         lambda tr: at_window.append(tr.worker_updates())))
-    rows = bench.bench_e2e("CartPole-v1", "mlp", [2], 0.5, 0.1, processes=True)
+    rows = e2e.bench_e2e("CartPole-v1", "mlp", [2], 0.5, 0.1, processes=True)
     assert len(at_window) == 1 and min(at_window[0]) > 0
     assert 0.5 <= rows[0].extra["ramp_s"] < 5.0 and rows[0].extra["processes"] is True
     assert "2 worker process(es)" in rows[0].notes and rows[0].median > 0

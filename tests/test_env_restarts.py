@@ -351,9 +351,9 @@ def test_a_run_stops_in_bounded_time_whatever_its_worker_is_stuck_in(tmp_path, m
         assert os.path.exists(os.path.join(cfg.run_dir, "checkpoints", "latest.npz"))
         assert took < 20
         if env_process:
-            assert t.stuck_workers == [] and t._envs == [None]
+            assert t.stuck_workers == [] and t.envs == [None]
         else:
-            assert t.stuck_workers == [0] and t._envs[0] is not None    # not closed under it
+            assert t.stuck_workers == [0] and t.envs[0] is not None    # not closed under it
     finally:
         crash_envs.HANG_RELEASE.set()
     time.sleep(0.2)

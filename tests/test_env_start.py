@@ -84,7 +84,7 @@ def test_envs_start_beside_the_warm_up_once_each_with_their_seeds(tmp_path, monk
     for w in trainer.workers:
         assert [spy.seed_of[id(e)] for e in w.envs] == [trainer._env_seed(w.wid, j) for j in (0, 1)]
     assert sorted(spy.closed) == sorted(seeds)          # every env closed at the end
-    assert all(e is None for e in trainer._envs)
+    assert all(e is None for e in trainer.envs)
     assert not trainer._starter.is_alive()
 
 
@@ -143,7 +143,7 @@ def test_an_env_that_does_not_start_fails_the_run_with_its_error(tmp_path, monke
     # the starter stopped at the failure; every env that started was closed
     assert bad not in [s for s, _ in spy.made]
     assert sorted(spy.closed) == sorted(s for s, _ in spy.made)
-    assert all(e is None for e in trainer._envs)
+    assert all(e is None for e in trainer.envs)
 
 
 def test_an_interrupted_start_leaves_no_env_open(tmp_path, monkeypatch):
@@ -163,4 +163,4 @@ def test_an_interrupted_start_leaves_no_env_open(tmp_path, monkeypatch):
     trainer._starter.join(10)       # (run() joined it: a no-op unless that broke)
     assert 1 <= len(spy.made) < 31      # stopped early
     assert sorted(spy.closed) == sorted(s for s, _ in spy.made)
-    assert all(e is None for e in trainer._envs)
+    assert all(e is None for e in trainer.envs)

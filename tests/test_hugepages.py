@@ -45,7 +45,7 @@ def test_network_shared_state_and_optimizer_use_them():
 
 
 def test_bench_machine_info_records_the_setting(monkeypatch):
-    from a3c_core.bench import machine_info
+    from a3c_core.bench.machine import machine_info
 
     info = machine_info()["hugepages"]
     assert info["requested"] == hp.enabled()

@@ -118,9 +118,9 @@ def test_trainer_measures_the_norm_on_random_play_and_saves_it(tmp_path):
 
 def norm_seed(seed):
     """Worker 0's env seed for a fresh run with this seed (the trainer's own rule)."""
-    from a3c_core.train.trainer import _seed_of
+    from a3c_core.train.build import seed_of
 
-    return _seed_of(seed, 0, 0)
+    return seed_of(seed, 0, 0)
 
 
 def test_resume_keeps_the_norm_it_trained_with(tmp_path):

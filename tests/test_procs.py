@@ -36,7 +36,7 @@ def test_worker_processes_make_the_process_backend(tmp_path):
     t = Trainer(_cfg(tmp_path, total_steps=10))
     try:
         assert isinstance(t.backend, ProcessBackend)
-        assert t._envs == [None, None]       # env 0 checked the id, then closed
+        assert t.envs == [None, None]       # env 0 checked the id, then closed
     finally:
         t.close()
     with pytest.raises(ConfigError, match="'workers'"):

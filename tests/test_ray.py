@@ -390,7 +390,7 @@ def test_driver_restarts_a_node_whose_new_instance_answered_a_poll():
             self.start = _Start()
 
     class _Trainer:       # what the backend reads of its trainer
-        def _on_episode(self, *args):
+        def on_episode(self, *args):
             raise AssertionError("the new instance's episodes must not be counted")
 
     tr = _Trainer()

@@ -75,3 +75,56 @@ def test_fault_outcomes_are_judged():
     assert res("ok", 130, data_lost=["latest.npz was changed"]).fault_outcome == "lost"
     assert res("ok", 0, problems=["no summary.json"]).fault_outcome == "lost"
     assert res("ok", 130).passed and not res("ok", 0).passed       # survived, not a clean stop
+
+
+def _reliability_tool():
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "bench", "reliability.py")
+    spec = importlib.util.spec_from_file_location("bench_reliability", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_rewriting_the_table_keeps_the_memory_section(tmp_path):
+    """bench/reliability.py --out rewrites the generated table and keeps the
+    memory section another command measured, from its heading to the end."""
+    tool = _reliability_tool()
+    out = tmp_path / "reliability.md"
+    assert tool.kept_sections(str(out)) == ""
+    out.write_text("# Reliability\n\nold table\n\n## Memory over a long run\n\nfigures\n")
+    assert tool.kept_sections(str(out)) == "\n## Memory over a long run\n\nfigures\n"
+    out.write_text("# Reliability\n\nold table, no memory section\n")
+    assert tool.kept_sections(str(out)) == ""
+
+
+@pytest.mark.slow
+def test_memory_tool_samples_the_whole_process_tree(tmp_path):
+    """``reliability.py memory`` samples a real run's trainer and its worker
+    processes (RSS and Pss from /proc) into memory.csv and reports the growth."""
+    import csv
+    import os
+    import subprocess
+
+    pytest.importorskip("gymnasium")
+    path = os.path.join(os.path.dirname(__file__), "..", "bench", "reliability.py")
+    r = subprocess.run([sys.executable, path, "memory", "--minutes", "0.25", "--every", "2",
+                        "--from-minute", "0", "--out-dir", str(tmp_path), "--",
+                        "--env", "CartPole-v1", "--workers", "2", "--worker-processes", "--quiet"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    with open(tmp_path / "memory.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    kinds = {row["kind"] for row in rows}
+    assert {"trainer", "worker", "all"} <= kinds
+    trainer = [row for row in rows if row["kind"] == "trainer"]
+    assert len(trainer) >= 3 and all(float(row["rss_mb"]) > 20 for row in trainer)
+    workers = [row for row in rows if row["kind"] == "worker"]
+    assert max(int(row["processes"]) for row in workers) >= 2
+    every = [row for row in rows if row["kind"] == "all"]
+    for row in every:       # the sum over the kinds of the same sample
+        same = [x for x in rows if x["minute"] == row["minute"] and x["kind"] != "all"]
+        assert abs(float(row["rss_mb"]) - sum(float(x["rss_mb"]) for x in same)) < 0.5
+    assert "rss of all processes" in r.stdout

@@ -327,9 +327,9 @@ def test_bench_measures_a_row_replayed_per_row_played():
     """``a3c bench``'s self-imitation row times the worker's real replay: over
     the timed rounds it replays as many rows as the rollouts played, and with
     episodes that pay +1 a step every replay updates (the row's upper bound)."""
-    from a3c_core import bench
+    from a3c_core.bench.network import measure_sil_cost
 
-    r = bench.measure_sil_cost(t_max=20, episode_rows=30, repeat=3, warmup=1)
+    r = measure_sil_cost(t_max=20, episode_rows=30, repeat=3, warmup=1)
     assert r["rounds_per_sample"] == 3                  # lcm(20, 30) / 20
     assert r["rows_played"] == 3 * 3 * 20
     assert r["rows_replayed"] == r["rows_played"] == r["replays"] * 30

@@ -42,7 +42,9 @@ __all__ = ["ReturnNormalizer", "AdvantageNormalizer", "running_returns", "merge_
 
 
 @kernel(fastmath=False)          # the recurrence exactly as written, no FMA
-def _running_returns_into(r, gamma, acc, out):
+def running_returns_into(r, gamma, acc, out):
+    """``out[i] = R_i = gamma * R_{i-1} + r[i]`` from ``R_{-1} = acc`` (float64
+    ``r``); returns the last ``R`` (the compiled core of :func:`running_returns`)."""
     for i in range(r.size):
         acc = gamma * acc + r[i]
         out[i] = acc
@@ -91,7 +93,7 @@ def running_returns(rewards, gamma, acc):
     Returns ``(R (n,) float64, new acc)``."""
     r = np.asarray(rewards, dtype=np.float64).ravel()
     out = np.empty(r.size, np.float64)
-    acc = _running_returns_into(r, float(gamma), float(acc), out)
+    acc = running_returns_into(r, float(gamma), float(acc), out)
     return out, acc
 
 

@@ -104,7 +104,9 @@ class Optimizer:
     """Base class: hyper-parameters as floats, statistics as flat float32 arrays.
 
     Subclasses set ``name``, ``_hyper`` (names of float hyper-parameters),
-    ``_arrays`` (names of statistic arrays) and implement ``apply``.
+    ``_ints`` (names of int counters), ``_arrays`` (names of statistic
+    arrays) and implement ``apply``; other modules read the names through
+    :attr:`hyper_names`, :attr:`int_names` and :attr:`array_names`.
     """
 
     name = "base"
@@ -116,6 +118,23 @@ class Optimizer:
         self.n_params = _check_positive_int("n_params", n_params)
         for a in self._arrays:
             setattr(self, a, _hugepages.zeros(self.n_params, np.float32))
+
+    @property
+    def array_names(self) -> tuple:
+        """Names of the statistic arrays, in :meth:`state_dict` order: each is
+        an attribute of this optimizer, a flat float32 array of ``n_params``
+        (Adam's AMSGrad adds ``max_exp_avg_sq``)."""
+        return self._arrays
+
+    @property
+    def hyper_names(self) -> tuple:
+        """Names of the float hyper-parameters (attributes; in :meth:`state_dict`)."""
+        return self._hyper
+
+    @property
+    def int_names(self) -> tuple:
+        """Names of the int counters, e.g. Adam's ``step`` (attributes; in :meth:`state_dict`)."""
+        return self._ints
 
     def apply(self, params, grads, global_step=0, grad_scale=1.0, offset=0,
               out=None):  # pragma: no cover

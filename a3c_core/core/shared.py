@@ -61,7 +61,8 @@ class SharedState:
     rollout).  :meth:`apply` counts ``updates``/``skipped_updates`` itself.
     """
 
-    _COUNTERS = ("steps", "updates", "episodes", "skipped_updates")
+    #: the global counters' names (``counters()``'s and ``state_dict()``'s keys)
+    COUNTERS = ("steps", "updates", "episodes", "skipped_updates")
 
     def __init__(self, params, optimizer):
         p = np.asarray(params)
@@ -109,7 +110,7 @@ class SharedState:
 
     def counters(self):
         with self._lock:
-            return {k: getattr(self, k) for k in self._COUNTERS}
+            return {k: getattr(self, k) for k in self.COUNTERS}
 
     # -- hot path ---------------------------------------------------------
     def sync_to(self, local_params):
@@ -155,14 +156,14 @@ class SharedState:
         if not np.all(np.isfinite(p)):
             raise ValueError("checkpoint params contain non-finite values")
         counters = d.get("counters", {})
-        bad = [k for k in counters if k not in self._COUNTERS]
+        bad = [k for k in counters if k not in self.COUNTERS]
         if bad:
-            raise ValueError(f"unknown counters {bad}; expected {list(self._COUNTERS)}")
+            raise ValueError(f"unknown counters {bad}; expected {list(self.COUNTERS)}")
         if "optimizer" in d:
             self.optimizer.load_state_dict(d["optimizer"])
         self.params[...] = p
         with self._lock:
-            for k in self._COUNTERS:
+            for k in self.COUNTERS:
                 setattr(self, k, int(counters.get(k, 0)))
 
     @classmethod

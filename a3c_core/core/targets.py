@@ -19,7 +19,7 @@ them, this held the GIL ~40-60 µs per update on a 2-core VM (a worker's
 caches are cold after its network step; docs/results.md, "The GIL").
 :func:`rollout_targets` is the same sequence as one call, value for value:
 it calls the very kernels the separate path calls (``clip_into``,
-``_running_returns_into``, ``merge_stats``, ``scale_clip_into``), and
+``running_returns_into``, ``merge_stats``, ``scale_clip_into``), and
 :func:`gae_into` is the Cython ``gae``'s recursion (float64, no FMA, float32
 stores).  tests/test_targets.py checks it bit for bit against the separate
 calls.
@@ -33,7 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from a3c_core._jit import kernel
-from a3c_core.core.normalize import (AdvantageNormalizer, ReturnNormalizer, _running_returns_into,
+from a3c_core.core.normalize import (AdvantageNormalizer, ReturnNormalizer, running_returns_into,
                                      clip_into, merge_stats, scale_clip_into)
 
 __all__ = ["rollout_targets", "gae_into", "warm_up", "TARGETS_OK", "BAD_RETURNS", "BAD_ADVANTAGES"]
@@ -104,7 +104,7 @@ def rollout_targets(raw, n, seg_end, seg_boot, seg_ended, seg_acc, seg_raw, n_se
             b0 = seg_end[k]
             if seg_acc[k] == seg_acc[k]:
                 acc = seg_acc[k]
-            acc = _running_returns_into(r[a0:b0], gamma, acc, rets_buf[a0:b0])
+            acc = running_returns_into(r[a0:b0], gamma, acc, rets_buf[a0:b0])
             if seg_ended[k]:
                 acc = 0.0
             seg_acc[k] = acc

@@ -200,13 +200,13 @@ class RayBackend(Backend):
     def _refresh_global(self, which):
         import ray
 
-        from a3c_core.distributed.node import _failed_shard
+        from a3c_core.distributed.node import failed_shard
 
         refs = [s.pull.remote() for s in self.shards]
         try:
             res = ray.get(refs, timeout=120)
         except Exception as e:  # noqa: BLE001
-            k = _failed_shard(refs)
+            k = failed_shard(refs)
             raise CheckpointError(
                 f"parameter-server shard {'?' if k is None else k} did not answer "
                 f"({type(e).__name__}: {str(e).splitlines()[0]}); {which}.npz not written, "
@@ -236,15 +236,15 @@ class RayBackend(Backend):
                 continue
         if states:
             merged = dict(states[0])
-            for k in getattr(opt, "_ints", ()):
+            for k in opt.int_names:
                 merged[k] = max(int(st[k]) for st in states)
             if self.opts.opt_state == "local":
-                for name in opt._arrays:
+                for name in opt.array_names:
                     merged[name] = np.mean([st[name] for st in states], axis=0, dtype=np.float64)
             else:
-                for name in opt._arrays:
+                for name in opt.array_names:
                     merged[name] = getattr(opt, name).copy()
-            opt.load_state_dict({k: v for k, v in merged.items() if k not in opt._hyper})
+            opt.load_state_dict({k: v for k, v in merged.items() if k not in opt.hyper_names})
         mine = self._normalizers()
         for key, state in (norms or {}).items():
             if key in mine:
@@ -343,7 +343,7 @@ class RayBackend(Backend):
             self.trainer.shared.add_skipped_updates(d_skip)
         for wid, ret, length, end in r["episodes"]:
             idx = self.trainer.shared.add_episodes(1)
-            self.trainer._on_episode(wid, ret, length, idx, end=end)
+            self.trainer.on_episode(wid, ret, length, idx, end=end)
         for restart in r.get("restarts", ()):
             self.trainer.env_restarted(*restart)
         s.loss_now = np.asarray(r["losses"], np.float64)

@@ -44,9 +44,9 @@ from a3c_core._blas import blas_threads
 from a3c_core.distributed.sync import NodeSync
 from a3c_core.envs import make_env
 from a3c_core.obs import ObsPipeline
-from a3c_core.train.build import build_parts, new_network, worker_offset
+from a3c_core.train.affinity import allowed_cores, pin_thread
+from a3c_core.train.build import build_parts, new_network, seed_of, worker_offset
 from a3c_core.train.config import env_args
-from a3c_core.train.trainer import _allowed_cores, _pin_thread, _seed_of
 from a3c_core.train.backends import STOP_GRACE
 from a3c_core.train.watchdog import StepWatchdog, kill_engines
 from a3c_core.train.store import LossStats, ThreadStore
@@ -63,7 +63,7 @@ class ShardFailure(RuntimeError):
 def stat_arrays(optimizer):
     """Names of the optimizer's statistic arrays, and the lower clamp for each
     when synced (0 for squared-gradient averages, None otherwise)."""
-    return {a: (0.0 if "sq" in a or "square" in a else None) for a in optimizer._arrays}
+    return {a: (0.0 if "sq" in a or "square" in a else None) for a in optimizer.array_names}
 
 
 class NodeStore(ThreadStore):
@@ -270,15 +270,15 @@ class Node:
         cfg, st = self.cfg, self.setup
         gw = self.index * self.n_workers + i
         try:
-            cores = _allowed_cores() if cfg.pin_threads else []
+            cores = allowed_cores() if cfg.pin_threads else []
             if cores:
-                _pin_thread({cores[(core_offset + i) % len(cores)]})
+                pin_thread({cores[(core_offset + i) % len(cores)]})
             K = cfg.envs_per_worker
             envs = self.envs[i] = []
 
             def build(j):               # (env j > 0: envs_per_worker)
                 key = (cfg.seed, gw, st["resumes"], self.nonce) + ((j,) if j else ())
-                return make_env(cfg.env, seed=_seed_of(*key), runtime_dir=self.runtime_dir,
+                return make_env(cfg.env, seed=seed_of(*key), runtime_dir=self.runtime_dir,
                                 **env_args(cfg))
 
             def remake(j):              # the same seed, kept where _close_envs finds it
@@ -347,7 +347,7 @@ class Node:
         try:
             res = ray.get(refs, timeout=120)
         except Exception as e:  # noqa: BLE001
-            k = _failed_shard(refs)
+            k = failed_shard(refs)
             which = f"shard {k}" if k is not None else "a shard"
             raise ShardFailure(f"parameter-server {which} failed during a sync round of node "
                                f"{self.index}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
@@ -372,7 +372,9 @@ class Node:
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
 
 
-def _failed_shard(refs):
+def failed_shard(refs):
+    """The index of the first of a round's ``refs`` (one per shard) that raises
+    or has not answered within 0.1 s, or None."""
     import ray
 
     for k, r in enumerate(refs):

@@ -25,12 +25,12 @@ import difflib
 from . import proc as _proc
 from .atari import is_atari_id
 from .base import Env
-from .doom import list_doom_scenarios
+from .doom import list_doom_scenarios, remove_runtime_dir
 from .families import (FAMILIES, EnvFamily, UnknownEnvId, family_of, register_family,
                        supported_forms)
 
 __all__ = ["Env", "EnvFamily", "FAMILIES", "family_of", "register_family", "make_env",
-           "list_doom_scenarios", "is_atari_id", "supported_forms", "unknown_id_error"]
+           "list_doom_scenarios", "remove_runtime_dir", "is_atari_id", "supported_forms", "unknown_id_error"]
 
 
 def make_env(env_id, *, seed=0, frame_skip=None, runtime_dir=None, render=False,

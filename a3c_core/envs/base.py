@@ -78,6 +78,8 @@ class Env:
     episode_over: bool = True
     episode_shaping: float = 0.0
     episode_end = None
+    #: the env's private runtime dir on disk (a ViZDoom env's), or None
+    work_dir = None
 
     # -- the protocol ------------------------------------------------------
     def reset(self):

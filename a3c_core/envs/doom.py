@@ -55,6 +55,12 @@ SCENARIO_QUIRKS = {
 }
 _DOOM1_IWADS = ("doom.wad", "doom1.wad", "freedoom1.wad")
 
+#: An env replaces its engine at the start of every this-many-th episode on it
+#: (:meth:`DoomEnv._recycle`): a ViZDoom engine's resident memory grows by
+#: about 230 bytes per episode, whatever the episode's length
+#: (docs/reliability.md, "Memory over a long run").
+ENGINE_RECYCLE_EPISODES = 10_000
+
 
 def import_vizdoom():
     """``import vizdoom`` or an ImportError that names the extra to install."""
@@ -318,12 +324,14 @@ def _setup_runtime_dir(vizdoom, runtime_dir):
         launcher = _write_launcher(work_dir, engine)
         if launcher is not None:
             return work_dir, launcher
-        _remove_dir(work_dir, runtime_dir)
+        remove_runtime_dir(work_dir, runtime_dir)
     work_dir = _make_private_dir(parents[0])
     return work_dir, None
 
 
-def _remove_dir(work_dir, runtime_dir):
+def remove_runtime_dir(work_dir, runtime_dir):
+    """Remove an env's private runtime dir ``work_dir`` (:attr:`DoomEnv.work_dir`),
+    then its ``vizdoom`` parent under ``runtime_dir`` once that is empty."""
     shutil.rmtree(work_dir, ignore_errors=True)
     parent = os.path.dirname(work_dir)
     if runtime_dir is not None and os.path.basename(parent) == "vizdoom":
@@ -333,8 +341,8 @@ def _remove_dir(work_dir, runtime_dir):
             pass
 
 
-def _release(game, work_dir, runtime_dir, pidfd=None):
-    """Finalizer: close the engine, then remove its runtime files."""
+def _close_engine(game, pidfd=None):
+    """Close ``game``'s engine (under :data:`INIT_LOCK`) and its pidfd."""
     if pidfd is not None:
         try:
             os.close(pidfd)
@@ -346,7 +354,22 @@ def _release(game, work_dir, runtime_dir, pidfd=None):
                 game.close()
             except Exception:  # pragma: no cover - best effort at shutdown
                 pass
-    _remove_dir(work_dir, runtime_dir)
+
+
+def _release(game, work_dir, runtime_dir, pidfd=None):
+    """Finalizer: close the engine, then remove its runtime files."""
+    _close_engine(game, pidfd)
+    remove_runtime_dir(work_dir, runtime_dir)
+
+
+def engine_seed(seed, generation):
+    """The seed of an env's ``generation``-th engine (0: the env's own
+    ``seed``): a fixed function of both, so a run that recycles its engines
+    (:data:`ENGINE_RECYCLE_EPISODES`) replays exactly from the same seed."""
+    if generation == 0:
+        return int(seed) & 0x7FFFFFFF
+    return int(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, int(generation)])
+               .generate_state(1)[0]) & 0x7FFFFFFF
 
 
 class DoomEnv(Env):
@@ -386,11 +409,17 @@ class DoomEnv(Env):
             horizon is, at the full width: resized to 42x160, so distant
             monsters keep twice the width they have in 84x84). It sets
             :attr:`preprocess_spec`; the screen itself is the same.
+        recycle_episodes: start a new engine at the :meth:`reset` after
+            this many episodes on the current one (0 = never; default
+            :data:`ENGINE_RECYCLE_EPISODES`). The new engine's seed is the next
+            of this env's stream (:func:`engine_seed`), so runs still repeat
+            exactly from their seed.
     """
 
     def __init__(self, scenario="basic", *, seed=0, frame_skip=None, runtime_dir=None,
                  render=False, episode_timeout=None, game_args=None, health_reward=0.0,
-                 ammo_reward=0.0, action_set="buttons", view="full"):
+                 ammo_reward=0.0, action_set="buttons", view="full",
+                 recycle_episodes=None):
         vzd = import_vizdoom()
         if action_set not in ACTION_SETS:
             raise ValueError(f"action_set must be one of {', '.join(ACTION_SETS)}, got {action_set!r}")
@@ -421,48 +450,30 @@ class DoomEnv(Env):
         self.engine_pid = None
         self._engine_fd = None
 
-        game = vzd.DoomGame()
-        game.load_config(self.cfg_path)
-        _check_wad_paths(game, self.env_id, self.cfg_path)
-        self._configure(vzd, game, episode_timeout, game_args)
+        self._episode_timeout_arg = episode_timeout
+        self._game_args = game_args
+        self.recycle_episodes = (ENGINE_RECYCLE_EPISODES if recycle_episodes is None
+                                 else int(recycle_episodes))
+        if self.recycle_episodes < 0:
+            raise ValueError(f"recycle_episodes must be >= 0 (0 = never), got {recycle_episodes!r}")
+        #: engines started so far after the first (:meth:`_recycle`)
+        self.engine_generation = 0
+        self._episodes_on_engine = 0
+        game = self._new_game(vzd, self.seed)
         n_buttons = game.get_available_buttons_size()
         if n_buttons == 0:
             raise ValueError(f"{self.env_id}: the config declares no available_buttons")
 
         self._runtime_dir = runtime_dir
-        self._work_dir, launcher = _setup_runtime_dir(vzd, runtime_dir)
-        game.set_doom_config_path(os.path.join(self._work_dir, "_vizdoom.ini"))
-        if launcher is not None:
-            game.set_vizdoom_path(launcher)
-        else:
+        self._work_dir, self._launcher = _setup_runtime_dir(vzd, runtime_dir)
+        if self._launcher is None:
             warnings.warn(
                 "ViZDoom launcher could not be made executable; the engine will "
                 "create ./_vizdoom/ in the current working directory",
                 RuntimeWarning, stacklevel=2,
             )
         self._finalizer = weakref.finalize(self, _release, None, self._work_dir, runtime_dir)
-        try:
-            with INIT_LOCK, sigint_blocked():
-                game.init()
-        except Exception as exc:
-            self._finalizer()
-            raise RuntimeError(
-                f"ViZDoom failed to start {self.env_id} ({self.cfg_path}): "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        self._game = game
-        # the engine's process, for kill_engine (the step watchdog, a stuck shutdown);
-        # a pidfd names this process only, however late the kill comes
-        self.engine_pid = _engine_pid(self._work_dir)
-        self._engine_fd = None
-        if self.engine_pid is not None and hasattr(os, "pidfd_open"):
-            try:
-                self._engine_fd = os.pidfd_open(self.engine_pid)
-            except OSError:
-                pass
-        self._finalizer.detach()
-        self._finalizer = weakref.finalize(self, _release, game, self._work_dir, runtime_dir,
-                                           self._engine_fd)
+        self._start(game)
 
         buttons = [b.name for b in game.get_available_buttons()]
         # preallocated button vectors, indexed by action (no per-step allocation)
@@ -485,6 +496,59 @@ class DoomEnv(Env):
         self._rgb = np.zeros(self.obs_shape + (3,), dtype=np.uint8)
         self._episode_timeout = game.get_episode_timeout()
 
+    def _new_game(self, vzd, seed):
+        """A configured, not yet started ``DoomGame`` seeded with ``seed``."""
+        game = vzd.DoomGame()
+        game.load_config(self.cfg_path)
+        _check_wad_paths(game, self.env_id, self.cfg_path)
+        self._configure(vzd, game, self._episode_timeout_arg, self._game_args)
+        game.set_seed(int(seed))
+        return game
+
+    def _start(self, game):
+        """Start ``game``'s engine in this env's runtime dir and make it the
+        env's engine (its pid for :meth:`kill_engine`, the finalizer that
+        closes it)."""
+        game.set_doom_config_path(os.path.join(self._work_dir, "_vizdoom.ini"))
+        if self._launcher is not None:
+            game.set_vizdoom_path(self._launcher)
+        try:
+            with INIT_LOCK, sigint_blocked():
+                game.init()
+        except Exception as exc:
+            self._finalizer()
+            raise RuntimeError(
+                f"ViZDoom failed to start {self.env_id} ({self.cfg_path}): "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        self._game = game
+        self._episodes_on_engine = 0
+        # the engine's process, for kill_engine (the step watchdog, a stuck shutdown);
+        # a pidfd names this process only, however late the kill comes
+        self.engine_pid = _engine_pid(self._work_dir)
+        self._engine_fd = None
+        if self.engine_pid is not None and hasattr(os, "pidfd_open"):
+            try:
+                self._engine_fd = os.pidfd_open(self.engine_pid)
+            except OSError:
+                pass
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _release, game, self._work_dir,
+                                           self._runtime_dir, self._engine_fd)
+
+    def _recycle(self):
+        """Replace the engine with a new one between episodes (its seed the
+        next of this env's stream, :func:`engine_seed`): a ViZDoom engine's
+        resident memory grows with the episodes it plays, a new one starts
+        small. The runtime dir stays."""
+        old, fd = self._game, self._engine_fd
+        self._finalizer.detach()
+        # a finalizer that closes nothing and keeps the dir, while the old one goes
+        self._finalizer = weakref.finalize(self, _release, None, self._work_dir, self._runtime_dir)
+        _close_engine(old, fd)
+        self.engine_generation += 1
+        self._start(self._new_game(import_vizdoom(), engine_seed(self.seed, self.engine_generation)))
+
     def _configure(self, vzd, game, episode_timeout, game_args):
         """The standard workload on top of the cfg, plus scenario quirks."""
         game.set_window_visible(False)
@@ -499,7 +563,6 @@ class DoomEnv(Env):
         game.set_screen_resolution(vzd.ScreenResolution.RES_160X120)
         fmt = vzd.ScreenFormat.RGB24 if self.render else vzd.ScreenFormat.GRAY8
         game.set_screen_format(fmt)
-        game.set_seed(self.seed)
         if episode_timeout is not None:
             game.set_episode_timeout(int(episode_timeout))
 
@@ -516,6 +579,9 @@ class DoomEnv(Env):
 
     # -- hot loop --------------------------------------------------------------
     def reset(self):
+        if self.recycle_episodes and self._episodes_on_engine >= self.recycle_episodes:
+            self._recycle()
+        self._episodes_on_engine += 1
         game = self._game
         self.episode_over = False
         self.episode_end = None
@@ -591,6 +657,13 @@ class DoomEnv(Env):
         d["action_set"] = self.action_set   # make_env(id, action_set=) rebuilds the actions
         d["view"] = self.view               # ... and view= the preprocessing
         return d
+
+    @property
+    def work_dir(self):
+        """The env's private runtime dir (the engine's ini and ``_vizdoom/``),
+        removed by :meth:`close`; a worker process that dies leaves it behind
+        (:func:`remove_runtime_dir`)."""
+        return self._work_dir
 
     @property
     def engine(self):

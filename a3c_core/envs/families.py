@@ -35,7 +35,7 @@ from . import gym as _gym
 from .base import Env
 
 __all__ = ["Tuning", "Defaults", "EnvFamily", "FAMILIES", "UnknownEnvId", "family_of",
-           "register_family", "supported_forms"]
+           "family_named", "register_family", "supported_forms"]
 
 
 @dataclass(frozen=True)
@@ -95,10 +95,18 @@ class EnvFamily:
     """One family of env ids.
 
     ``build(env_id, *, seed, frame_skip, runtime_dir, render, **options)``
-    returns an :class:`~a3c_core.envs.base.Env`; ``options`` names the
-    :class:`~a3c_core.train.config.Config` fields handed to it;
+    returns an :class:`~a3c_core.envs.base.Env` (whose spec's ``kind`` is
+    the family's ``name``); ``options`` names the
+    :class:`~a3c_core.train.config.Config` fields handed to it (with
+    ``exclusive_options``, another family's env rejects them: a ConfigError
+    naming the field; without, they are ignored there); ``spec_options``
+    maps each option the env's spec records (it changes the env's actions
+    or observations, so a checkpoint's env is rebuilt with it) to the value
+    a spec or saved config from before it was recorded implies;
     ``scenarios`` maps a scenario name (the id after ``prefix:``) to the
-    :class:`Defaults` fields it changes.
+    :class:`Defaults` fields it changes; ``env_memory_mb`` is one env's
+    resident memory (its engine process included), for the trainer's
+    memory check.
     """
 
     name: str
@@ -107,13 +115,22 @@ class EnvFamily:
     build: Callable[..., Env]
     defaults: Defaults = field(default_factory=Defaults)
     options: tuple = ()
+    exclusive_options: bool = False
+    spec_options: Mapping[str, object] = field(default_factory=lambda: _frozen({}))
     scenarios: Mapping[str, Mapping] = field(default_factory=lambda: _frozen({}))
+    env_memory_mb: float = 4.0
 
     def defaults_for(self, env_id: str) -> Defaults:
         """The family's defaults with the overrides of ``env_id``'s scenario."""
         scenario = env_id.partition(":")[2]
         changes = self.scenarios.get(scenario)
         return dataclasses.replace(self.defaults, **changes) if changes else self.defaults
+
+    def trained_options(self, env_spec) -> dict:
+        """The :attr:`spec_options` that rebuild the env a checkpoint's
+        ``env_spec`` describes as it trained (a value the spec does not
+        record: the one it implies)."""
+        return {k: env_spec.get(k, old) for k, old in self.spec_options.items()}
 
 
 # -- the shipped families ------------------------------------------------------
@@ -175,6 +192,13 @@ DOOM = EnvFamily(
                       network=_frozen({"image": "doom-lstm"}),
                       tuning=_frozen({"doom-lstm": IMAGE_TUNING})),
     options=("health_reward", "ammo_reward", "action_set", "view"),
+    exclusive_options=True,
+    # what a run saved before its spec recorded them trained with: one action
+    # per button of the scenario's cfg, the whole frame
+    spec_options=_frozen({"action_set": "buttons", "view": "full"}),
+    # a ViZDoom engine's resident memory (measured on doom:my_way_home: 18 MB
+    # at minute 2, 25 MB at minute 29; docs/reliability.md)
+    env_memory_mb=32.0,
     # no HUD shows the player's health, so a medkit changes neither the
     # reward nor anything the critic sees until the death it postpones;
     # paying for health points at once is what stopped health_gathering's
@@ -259,6 +283,11 @@ def register_family(family: EnvFamily) -> EnvFamily:
 
 def supported_forms() -> str:
     return ", ".join(f.form for f in FAMILIES)
+
+
+def family_named(name) -> Optional[EnvFamily]:
+    """The record called ``name`` (an env spec's ``kind``), or None."""
+    return next((f for f in FAMILIES if f.name == name), None)
 
 
 def family_of(env_id: str) -> EnvFamily:

@@ -84,7 +84,9 @@ def _recv_exact(sock, view):
     return True
 
 
-def _describe_exit(rc):
+def describe_exit(rc):
+    """A process's exit code (``Popen.returncode``, ``Process.exitcode``; None:
+    still running) in words: ``"killed by SIGKILL"``, ``"exit status 1"``."""
     if rc is None:
         return "still running but not answering"
     if rc < 0:
@@ -299,7 +301,7 @@ class ProcEnv(Env):
         self._close_handles()
         raise EnvProcessError(
             f"{self.env_id}: the env process (pid {self.pid}) died during {what} "
-            f"({_describe_exit(rc)}); the env is unusable, create a new one"
+            f"({describe_exit(rc)}); the env is unusable, create a new one"
         )
 
     # -- extras ----------------------------------------------------------------

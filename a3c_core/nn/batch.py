@@ -74,7 +74,7 @@ class BatchStepper:
         # the convs by the direct kernel where it runs (see the module docstring)
         convs = net.encoder[:nc]
         self.direct = bool(nc) and DIRECT_CONV and all(L.direct_ok(dt) for L in convs)
-        self.w_direct = [L.direct_weight(net._p) for L in convs] if self.direct else []
+        self.w_direct = [L.direct_weight(net.param_views) for L in convs] if self.direct else []
         hd = max(net.lstm_size, 1)
         self.gates = np.empty((rows, 4 * hd), dt)
         self.tmp = np.empty((rows, 4 * hd), dt)
@@ -88,7 +88,7 @@ class BatchStepper:
         written."""
         net = self.net
         n = obs.shape[0]
-        p = net._p
+        p = net.param_views
         heads = net.heads.step_args(p)
         self._workspace(min(n, CHUNK))
         for layer, w in zip(net.encoder, self.w_direct):   # this call's weights

@@ -779,7 +779,7 @@ def conv_act_s2d(x__chw, w__ocij, b__o, stride, act, xs__pm, acc__m, offs__t, wt
                   y__ohw)
 
 
-_SHORT_K = 16      # below this im2col length the batch-1 conv uses pixel-axis axpys
+SHORT_K = 16      # below this im2col length the batch-1 conv uses pixel-axis axpys
 
 
 @kernel
@@ -903,14 +903,14 @@ def _conv_act_rows(x__chw, w__ocij, b__o, stride, pad, act, cols__pk, y__ohw):
     ``y[q, p] = w[q] . cols[p]`` as blocks of 4 channels x 2 pixels: 8 vector
     accumulators, 6 loads per 8 FMAs, long contiguous K loops (better than
     axpys when there are few pixels).  With a short K (``C*kh*kw <
-    _SHORT_K``, e.g. a 3x3 conv of one channel) the scratch is used
+    SHORT_K``, e.g. a 3x3 conv of one channel) the scratch is used
     transposed ``(K, OH*OW)`` instead and each output channel is ``K`` axpys
     over the contiguous pixel axis.  Output size from ``y`` ``(O, OH, OW)``."""
     o, c, kh, kw = w__ocij.shape
     _, oh, ow = y__ohw.shape
     n_pix = oh * ow
     k_len = c * kh * kw
-    if k_len < _SHORT_K:
+    if k_len < SHORT_K:
         colt = cols__pk.reshape(cols__pk.size)[:k_len * n_pix].reshape(k_len, n_pix)
         _conv_act_short_k(x__chw, w__ocij, b__o, stride, pad, act, colt, y__ohw)
         return
@@ -945,7 +945,7 @@ def _conv_act_rows(x__chw, w__ocij, b__o, stride, pad, act, cols__pk, y__ohw):
 @kernel
 def _conv_act_rows_nopad(x__chw, w__ocij, b__o, stride, act, cols__pk, y__ohw):
     """:func:`_conv_act_rows` without padding and with ``C*kh*kw >=
-    _SHORT_K`` (the fused doom step's conv2; the network checks both)."""
+    SHORT_K`` (the fused doom step's conv2; the network checks both)."""
     o, c, kh, kw = w__ocij.shape
     _, oh, ow = y__ohw.shape
     _im2col_rows_nopad(x__chw, stride, kh, kw, oh, ow, cols__pk)

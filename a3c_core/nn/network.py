@@ -35,7 +35,7 @@ The fused kernels' arguments have one owner, the :class:`Network`:
 :attr:`~Network.fused_packed` (constant: weight offsets into ``params``,
 scratch), :attr:`~Network.fused_rows` (the rollout's row arrays, rebuilt when
 the workspace grows) and :attr:`~Network.fused_static` (the unpacked form, for
-the benchmark of the packing and the tests).  :class:`Actor`, in this module,
+the tests).  :class:`Actor`, in this module,
 advances the network's recording cursor itself, as :meth:`Network.step`
 does: a method call per step would be Python work on the hottest path.
 
@@ -240,7 +240,7 @@ def _fused_doom_step_fits(encoder):
         return False
     c1, c2, d = encoder
     return (c1.k % c1.stride == 0 and c1.pad == 0 and c2.pad == 0
-            and c2.n_col >= K._SHORT_K and c1.act == c2.act == d.act)
+            and c2.n_col >= K.SHORT_K and c1.act == c2.act == d.act)
 
 
 def _done_mask(done, n) -> np.ndarray:
@@ -451,6 +451,12 @@ class Network:
     def state_dict(self) -> dict:
         """``name -> view`` of params (writing a view writes ``params``)."""
         return dict(self._p)
+
+    @property
+    def param_views(self) -> dict:
+        """``name -> view`` of params: the network's own mapping, not a copy
+        (what the layers' kernels read; :meth:`state_dict` copies it)."""
+        return self._p
 
     def grad_dict(self) -> dict:
         """``name -> view`` of grads."""
@@ -1034,7 +1040,7 @@ class Network:
         _, _, top = self._recorded_rows(t_len)
         return top @ self._p["value.weight"][0] + self._p["value.bias"][0]
 
-    def _zero_recording(self, t_len) -> None:
+    def zero_recording(self, t_len) -> None:
         """Mark ``t_len`` all-zero rows as recorded, without a forward: for a
         compile helper that only needs :meth:`rollout_grad`'s kernels (the
         batched forward's are never a worker's)."""

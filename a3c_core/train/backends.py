@@ -227,7 +227,7 @@ class ThreadBackend(Backend):
             for i, th in enumerate(threads):
                 if th.is_alive():
                     w = self.workers[i]
-                    envs = w.envs if w is not None else t._envs[i * K:(i + 1) * K]
+                    envs = w.envs if w is not None else t.envs[i * K:(i + 1) * K]
                     killed = kill_engines(envs)
                     print(f"worker {i} did not stop within {STOP_GRACE:g} s (stuck in an env "
                           f"call?): {killed} engine{'s' * (killed != 1)} killed", file=sys.stderr,

@@ -28,7 +28,7 @@ from a3c_core.train.config import Config, ConfigError, Resolved, resolve, rollou
 from a3c_core.train.worker import RolloutSettings
 
 __all__ = ["RunPlan", "RunParts", "plan_run", "build_parts", "restore_checkpoint",
-           "worker_offset", "new_network"]
+           "worker_offset", "seed_of", "new_network"]
 
 
 @dataclass
@@ -149,8 +149,9 @@ def plan_run(cfg: Config, env, ckpt=None) -> RunPlan:
             f"{', ...' if len(ckpt.env_spec['action_names']) > 6 else ''}), this env has "
             f"{env.n_actions} ({', '.join(map(str, env.action_names[:6]))}"
             f"{', ...' if env.n_actions > 6 else ''}); " + _actions_hint(ckpt, env))
-    view = getattr(env, "view", None)           # a Doom env's; older checkpoints: the full frame
-    trained_view = ckpt.env_spec.get("view", "full") if ckpt is not None else view
+    view = getattr(env, "view", None)           # an option its family's spec records
+    trained_view = (ckpt.env_spec.get("view", cfg.family().spec_options.get("view"))
+                    if ckpt is not None else view)
     if view is not None and trained_view != view:
         raise CheckpointError(f"checkpoint {ckpt.path} was trained with the {trained_view} view, "
                               f"this env has the {view} one; resume with --view {trained_view}")
@@ -217,17 +218,13 @@ def plan_run(cfg: Config, env, ckpt=None) -> RunPlan:
         norm_seconds=norm_seconds, notes=notes)
 
 
-#: a ViZDoom engine's resident memory, MB (measured on doom:my_way_home: 18 MB
-#: at minute 2, 25 MB at minute 29; docs/reliability.md)
-ENGINE_MB = 32.0
-
-
 def check_memory(cfg: Config, plan: RunPlan, env, available=None) -> None:
     """ConfigError naming ``envs_per_worker`` when the run's envs and rollout
     rows would not fit the machine's available memory (``available`` bytes;
     default: /proc/meminfo's MemAvailable, where there is one).  Estimated
-    from one env (its engine, ENGINE_MB, where it runs one) and the
-    network's rollout rows per agent step (t_max x K rows per worker)."""
+    from one env (its family's ``env_memory_mb``: an engine's, where it runs
+    one) and the network's rollout rows per agent step (t_max x K rows per
+    worker)."""
     if available is None:
         try:
             with open("/proc/meminfo") as fh:
@@ -239,7 +236,7 @@ def check_memory(cfg: Config, plan: RunPlan, env, available=None) -> None:
     n, k = plan.resolved.n_workers, cfg.envs_per_worker
     net = new_network(plan)
     row = sum(a.nbytes for L in net.layers for a in L.workspace(1, net.dtype).values())
-    env_b = (ENGINE_MB if plan.resolved.family == "doom" else 4.0) * 2**20 \
+    env_b = plan.cfg.family().env_memory_mb * 2**20 \
         + 2 * int(np.prod(env.obs_shape))
     per_worker = k * env_b + (cfg.t_max + 1) * k * row + 4 * net.params.nbytes
     need = n * per_worker
@@ -295,7 +292,7 @@ def restore_checkpoint(parts: RunParts, ckpt) -> None:
     # anneal runs over the config's total_steps, and a run resumed with a
     # larger --total-steps anneals over the new budget
     opt = parts.shared.optimizer
-    owned = set(getattr(opt, "_hyper", ())) | {"anneal_steps"}
+    owned = set(opt.hyper_names) | {"anneal_steps"}
     opt_state = {k: v for k, v in ckpt.meta.get("optimizer_scalars", {}).items()
                  if k not in owned}
     opt_state.update(ckpt.opt_arrays)
@@ -304,13 +301,20 @@ def restore_checkpoint(parts: RunParts, ckpt) -> None:
         parts.shared.load_state_dict({
             "params": ckpt.params,
             "optimizer": opt_state,
-            "counters": {k: counters.get(k, 0) for k in type(parts.shared)._COUNTERS},
+            "counters": {k: counters.get(k, 0) for k in type(parts.shared).COUNTERS},
         })
         for key, norm in parts.normalizers().items():
             if ckpt.meta.get(key) is not None:
                 norm.load_state_dict(ckpt.meta[key])
     except (ValueError, TypeError) as e:
         raise CheckpointError(f"checkpoint {ckpt.path} cannot be resumed: {e}") from None
+
+
+def seed_of(*keys) -> int:
+    """A 31-bit seed derived from ``keys`` (no arithmetic collisions between
+    runs): an env's from the run's seed, its worker, the resume count, the
+    env's index and the worker process's restarts (the trainer, a Ray node)."""
+    return int(np.random.SeedSequence(list(keys)).generate_state(1)[0] & 0x7FFFFFFF)
 
 
 def worker_offset(wid: int, n_workers: int, n_params: int) -> int:

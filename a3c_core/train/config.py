@@ -19,7 +19,7 @@ from typing import Optional
 from a3c_core.core.optim import OPTIMIZERS
 from a3c_core.envs import unknown_id_error
 from a3c_core.envs.doom import ACTION_SETS, VIEWS
-from a3c_core.envs.families import EnvFamily, UnknownEnvId, family_of
+from a3c_core.envs.families import FAMILIES, EnvFamily, UnknownEnvId, family_of
 from a3c_core.specs import SPECS, spec_options
 
 if sys.version_info >= (3, 11):
@@ -67,17 +67,25 @@ SAVED_RUN_DEFAULTS = {
     "merge_below": 0.0,             # rollouts ended with their episode (the A3C paper's)
     "obs_norm": False,              # raw frames
     "self_imitation": False,        # no replays
-    # Doom: one action per button of the scenario's cfg; the whole frame
-    "action_set": lambda d: "buttons" if _saved_doom(d) else None,
-    "view": lambda d: "full" if _saved_doom(d) else None,
+    # the options an env family's spec records (Doom: one action per button
+    # of the scenario's cfg; the whole frame), where the run's family takes them
+    "action_set": lambda d: _saved_spec_option(d, "action_set"),
+    "view": lambda d: _saved_spec_option(d, "view"),
     # lr_anneal on (the two fields came together): to 0 over total_steps
     "lr_anneal_steps": lambda d: 0 if d.get("lr_anneal") is True else None,
     "lr_anneal_floor": lambda d: 0.0 if d.get("lr_anneal") is True else None,
 }
 
 
-def _saved_doom(d) -> bool:
-    return str(d.get("env", "doom:basic")).startswith("doom:")
+def _saved_spec_option(d, name):
+    """The value of option ``name`` that saved config ``d``'s env trained with
+    before its family's spec recorded it (:attr:`EnvFamily.spec_options`);
+    None where that family records no such option."""
+    try:
+        family = family_of(str(d.get("env", Config.env)))
+    except ValueError:
+        return None
+    return family.spec_options.get(name)
 
 
 def removed_flag(argv) -> str | None:
@@ -133,10 +141,6 @@ _RANGES = {
     "health_reward": (0.0, 1000.0),
     "ammo_reward": (0.0, 1000.0),
 }
-
-#: the Doom adapter's options (fields other families reject)
-DOOM_ONLY = ("health_reward", "ammo_reward", "action_set", "view")
-
 
 @dataclass
 class Config:
@@ -242,7 +246,7 @@ class Config:
 
         for f in fields(self):
             v = getattr(self, f.name)
-            want = _base_type(f)
+            want = base_type(f)
             if v is None:
                 if not _optional(f):
                     bad(f.name, "must not be empty")
@@ -313,7 +317,7 @@ class Config:
                     self_imitation=r.self_imitation)
         if self.optimizer == "adam":
             vals["adam_amsgrad"] = r.amsgrad
-        vals.update((k, r.env_args[k]) for k in DOOM_ONLY if k in r.env_args)
+        vals.update((k, r.env_args[k]) for k in self.family().options if k in r.env_args)
         return self.replace(**{k: v for k, v in vals.items()
                                if getattr(self, k) is None and v is not None})
 
@@ -487,10 +491,13 @@ def resolve(cfg: Config, obs_kind: str = "image") -> Resolved:
     picks the network).  ConfigError naming the field when one does not apply."""
     family = cfg.family()
     d = family.defaults_for(cfg.env)
-    for name in DOOM_ONLY:
-        if getattr(cfg, name) is not None and name not in family.options:
-            raise ConfigError(f"config field {name!r} = {getattr(cfg, name)!r}: applies to "
-                              f"doom envs only; {cfg.env} is a {family.name} env")
+    for other in FAMILIES:          # a family's exclusive options, set for another's env
+        if not other.exclusive_options:
+            continue
+        for name in other.options:
+            if getattr(cfg, name) is not None and name not in family.options:
+                raise ConfigError(f"config field {name!r} = {getattr(cfg, name)!r}: applies to "
+                                  f"{other.name} envs only; {cfg.env} is a {family.name} env")
     spec = cfg.spec if cfg.spec != "auto" else d.network.get(obs_kind, "mlp-lstm"
                                                                 if obs_kind == "vector"
                                                                 else "doom-lstm")
@@ -521,7 +528,9 @@ def resolve(cfg: Config, obs_kind: str = "image") -> Resolved:
         n_workers=n, worker_processes=processes, backend_reason=why)
 
 
-def _base_type(f):
+def base_type(f):
+    """The plain type of Config field ``f`` (bool, int, float or str; object
+    otherwise), its ``Optional[...]`` taken off: what its command-line flag parses."""
     t = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
     for name, typ in (("bool", bool), ("int", int), ("float", float), ("str", str)):
         if name in t:
@@ -536,7 +545,7 @@ def _optional(f):
 
 def _coerce(f, v):
     """Ints are fine where floats are expected (TOML ``lr = 1`` is 1.0)."""
-    if _base_type(f) is float and isinstance(v, int) and not isinstance(v, bool):
+    if base_type(f) is float and isinstance(v, int) and not isinstance(v, bool):
         return float(v)
     return v
 

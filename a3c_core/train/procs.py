@@ -61,7 +61,7 @@ import traceback
 import numpy as np
 
 from a3c_core._fpenv import flush_denormals
-from a3c_core.envs.proc import _describe_exit
+from a3c_core.envs.proc import describe_exit
 from a3c_core.train.backends import Backend, step_watchdog
 from a3c_core.train.config import ConfigError
 from a3c_core.train.store import LossStats, ThreadStore
@@ -265,7 +265,7 @@ class ProcessBackend(Backend):
         # statistics measured); each worker process starts its own envs
         t = self.trainer
         t.close_envs()
-        t._new_env_slots()
+        t.new_env_slots()
 
     # -- the shared block ---------------------------------------------------
     def _share(self):
@@ -276,13 +276,13 @@ class ProcessBackend(Backend):
                  ("losses", (t.n_workers, len(LossStats.FIELDS)), np.float64),
                  ("merging", (t.n_workers,), np.int64),     # -1: not updating yet
                  ("params", (n,), sh.params.dtype)]
-        specs += [("opt." + a, (n,), getattr(opt, a).dtype) for a in opt._arrays]
+        specs += [("opt." + a, (n,), getattr(opt, a).dtype) for a in opt.array_names]
         norms = [(k, m) for k, m in (("rn", t.normalizer), ("an", t.adv_normalizer))
                  if m is not None]
         specs += [(k + ".stats", m.stats.shape, m.stats.dtype) for k, m in norms]
         b = self._block = SharedBlock(specs)
         b.move(sh, "params", "params")
-        for a in opt._arrays:
+        for a in opt.array_names:
             b.move(opt, a, "opt." + a)
         for k, m in norms:
             b.move(m, "stats", k + ".stats")
@@ -339,7 +339,7 @@ class ProcessBackend(Backend):
         """(In a worker process) what its death would leave behind:
         ``([(pid, start time)] of its engines and env processes, [the
         runtime dirs of its ViZDoom envs]])``."""
-        dirs = [d for d in (getattr(e, "_work_dir", None) for e in self.trainer._envs) if d]
+        dirs = [d for d in (getattr(e, "work_dir", None) for e in self.trainer.envs) if d]
         return _own_children(), dirs
 
     def _clean_up_after(self, wid) -> int:
@@ -349,11 +349,11 @@ class ProcessBackend(Backend):
         procs, dirs = self._engines.pop(wid, ([], []))
         killed = kill_left_behind(procs)
         if dirs:
-            from a3c_core.envs.doom import _remove_dir
+            from a3c_core.envs import remove_runtime_dir
 
             runtime = os.path.join(self.trainer.run_dir, "vizdoom")
             for d in dirs:
-                _remove_dir(d, runtime)
+                remove_runtime_dir(d, runtime)
         return killed
 
     def worker_pids(self) -> list:
@@ -492,7 +492,7 @@ class ProcessBackend(Backend):
         restarts are used up, the run is stopping, or the shared state is
         no longer finite)."""
         t = self.trainer
-        how = _describe_exit(p.exitcode)
+        how = describe_exit(p.exitcode)
         died = f"worker process {wid} (pid {p.pid}) died: {how}"
         limit = int(getattr(t.cfg, "worker_restarts", 0))
         # its engines and env processes: gone with it (their guards), or killed here

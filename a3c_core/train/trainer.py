@@ -41,9 +41,10 @@ from a3c_core._blas import blas_threads
 from a3c_core.checkpoint import CheckpointError, CheckpointWriteError, save_checkpoint
 from a3c_core.envs import make_env
 from a3c_core.obs import ObsPipeline
+from a3c_core.train.affinity import allowed_cores, pin_thread
 from a3c_core.train.backends import Backend, ThreadBackend, TrainingError
 from a3c_core.train.build import (build_parts, check_memory, new_network, plan_run,
-                                   restore_checkpoint, worker_offset)
+                                   restore_checkpoint, seed_of, worker_offset)
 from a3c_core.train.config import (Config, ConfigError, backend_choice, env_args,
                                     rollout_defaults)
 from a3c_core.train.logger import MetricsLogger
@@ -109,32 +110,11 @@ class TrainResult:
                 f"long_avg={self.long_avg}, best_avg={self.best_avg}, run_dir={self.run_dir!r})")
 
 
-def _allowed_cores():
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        return []
-
-
-def _pin_thread(cores) -> bool:
-    """Pin the calling thread (Linux: pid 0 = this thread) to ``cores``."""
-    try:
-        os.sched_setaffinity(0, cores)
-        return True
-    except (AttributeError, OSError, ValueError):
-        return False
-
-
 def _default_run_dir(cfg: Config) -> str:
     env = re.sub(r"[^A-Za-z0-9_.-]+", "_", cfg.env.split("/")[-1].replace(":", "_"))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     spec = "" if cfg.spec == "auto" else f"-{cfg.spec}"
     return os.path.join("runs", f"{env}{spec}-s{cfg.seed}-{stamp}")
-
-
-def _seed_of(*keys) -> int:
-    """A 31-bit seed derived from ``keys`` (no arithmetic collisions between runs)."""
-    return int(np.random.SeedSequence(list(keys)).generate_state(1)[0] & 0x7FFFFFFF)
 
 
 class RewardWindows:
@@ -243,8 +223,8 @@ class Trainer:
         # spawning thread's affinity) share core i mod cores: the worker blocks
         # while the engine renders, so the core never idles and its caches stay
         # warm (measured: 1 worker on 2 cores 1,040 -> 1,476 steps/s).
-        self._cores = _allowed_cores() if cfg.pin_threads else []
-        self._new_env_slots()
+        self._cores = allowed_cores() if cfg.pin_threads else []
+        self.new_env_slots()
         self.stop_event = threading.Event()
         self.errors = []  # (worker id or what failed, traceback text)
         self._restart_lock = threading.Lock()     # env restarts: errors.log, the count
@@ -263,7 +243,7 @@ class Trainer:
             self.norm_seconds = plan.norm_seconds
             for note in plan.notes:
                 self.resume_note += f"; {note}"
-            self.store = ThreadStore(self.shared, self.normalizer, self._on_episode,
+            self.store = ThreadStore(self.shared, self.normalizer, self.on_episode,
                                      self.adv_normalizer)
             self.backend.bind(self)
             self.backend.prepare()
@@ -335,7 +315,14 @@ class Trainer:
         return self.backend.workers
 
     # -- the workers' envs (started once each, pinned to their worker's core) ---
-    def _new_env_slots(self):
+    @property
+    def envs(self) -> list:
+        """The envs this process holds, by slot: env ``e`` is env ``e %
+        envs_per_worker`` of worker ``e // envs_per_worker`` (None: not
+        started yet, or closed)."""
+        return self._envs
+
+    def new_env_slots(self):
         """Env ``e`` is started once, by the first thread to claim it
         (:meth:`_env`): the env starter beside the warm-up, or the worker
         that needs it first."""
@@ -350,10 +337,10 @@ class Trainer:
         a restarted worker process's envs get a new seed stream."""
         gen = self.worker_generation[wid]
         if gen:
-            return _seed_of(self.cfg.seed, wid, self.resumes, j, gen)
+            return seed_of(self.cfg.seed, wid, self.resumes, j, gen)
         if j:
-            return _seed_of(self.cfg.seed, wid, self.resumes, j)
-        return _seed_of(self.cfg.seed, wid, self.resumes)
+            return seed_of(self.cfg.seed, wid, self.resumes, j)
+        return seed_of(self.cfg.seed, wid, self.resumes)
 
     def _new_env(self, e, pin=False):
         """Env ``e`` of ``_envs``: env ``e % envs_per_worker`` of worker
@@ -364,13 +351,13 @@ class Trainer:
         wid, j = divmod(e, cfg.envs_per_worker)
         if pin and self._cores:
             mask = set(self._cores)
-            _pin_thread({self._cores[wid % len(self._cores)]})
+            pin_thread({self._cores[wid % len(self._cores)]})
         try:
             return make_env(cfg.env, seed=self._env_seed(wid, j),
                             runtime_dir=os.path.join(self.run_dir, "vizdoom"), **env_args(cfg))
         finally:
             if pin and self._cores:
-                _pin_thread(mask)
+                pin_thread(mask)
 
     def _env(self, e, pin=False):
         """Env ``e``, started here unless another thread claimed it first
@@ -445,7 +432,7 @@ class Trainer:
     def pin_worker(self, wid):
         """Pin the calling thread (or process) to worker ``wid``'s core."""
         if self._cores:
-            _pin_thread({self._cores[wid % len(self._cores)]})
+            pin_thread({self._cores[wid % len(self._cores)]})
 
     def make_worker(self, wid, store=None, on_env_restart=None) -> Worker:
         """Worker ``wid`` with its envs, a local network and its own RNG, on
@@ -588,7 +575,10 @@ class Trainer:
     def moving_avg(self):
         return self.rewards.averages()[0]
 
-    def _on_episode(self, wid, ret, length, index, end=None):
+    def on_episode(self, wid, ret, length, index, end=None):
+        """Worker ``wid`` finished an episode (the ``index``-th of the run):
+        its raw return, length and how it ended, stamped with the backend's
+        step and wall time and logged (:meth:`log_episode`)."""
         step, wall = self.backend.episode_stamp()
         self.log_episode(wid, ret, length, index, step, wall, end)
 
