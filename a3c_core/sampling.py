@@ -1,4 +1,5 @@
-"""Action selection from a probability vector (Numba kernel + numpy twin)."""
+"""Action selection from a probability vector (Numba kernel + numpy twin), and
+the uniforms a worker samples with (:class:`UniformBlocks`)."""
 import numpy as np
 
 from a3c_core._jit import kernel
@@ -42,3 +43,25 @@ def sample_rows(probs__na, u__n, out__n):
     """:func:`sample_categorical` for each row: ``out[i]`` from ``probs[i]`` and ``u[i]``."""
     for i in range(probs__na.shape[0]):
         out__n[i] = sample_categorical(probs__na[i], u__n[i])
+
+
+class UniformBlocks:
+    """``n`` uniforms per :meth:`take`: the next values of one
+    ``rng.random`` stream, drawn ``block`` takes' worth per rng call (a new
+    rng starts its own stream), so a worker's rollouts see the values of
+    one ``rng.random(n)`` per rollout."""
+
+    def __init__(self, n, block):
+        self.n, self.block = int(n), int(block)
+        self.buf = np.empty(0)
+        self.pos = 0
+        self.rng = None
+
+    def take(self, rng):
+        n, pos = self.n, self.pos
+        if pos + n > self.buf.shape[0] or self.rng is not rng:
+            self.rng = rng
+            self.buf = rng.random(n * self.block)
+            pos = 0
+        self.pos = pos + n
+        return self.buf[pos:pos + n]

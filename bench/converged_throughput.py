@@ -84,7 +84,7 @@ def measure(run_dir, mode, workers, seconds, warmup):
         th.start()
         t_end = time.perf_counter() + 120
         def started():
-            return tr.live_steps() > getattr(tr, "_resume_counters", (0, 0))[0]
+            return tr.live_steps() > (tr.resume_counters or (0, 0))[0]
 
         while not started():
             if err or time.perf_counter() > t_end:

@@ -260,6 +260,6 @@ def test_worker_uniforms_are_one_rng_stream_in_blocks():
                np.random.default_rng(9))
     ref = np.random.default_rng(9)
     for _ in range(Worker.UNIFORM_BLOCK * 2 + 3):
-        np.testing.assert_array_equal(w._uniforms(), ref.random(7))
+        np.testing.assert_array_equal(w.uniforms.take(w.rng), ref.random(7))
     w.rng = np.random.default_rng(10)              # a new rng: its own stream from the start
-    np.testing.assert_array_equal(w._uniforms(), np.random.default_rng(10).random(7))
+    np.testing.assert_array_equal(w.uniforms.take(w.rng), np.random.default_rng(10).random(7))

@@ -349,7 +349,7 @@ def test_final_line_gives_each_window_once():
 
 
 def test_reward_windows_count_how_the_short_windows_episodes_ended():
-    from a3c_core.train.trainer import RewardWindows
+    from a3c_core.train.run_report import RewardWindows
 
     w = RewardWindows(4, 40)
     assert w.ends() == {}
@@ -410,7 +410,7 @@ def test_a_resume_whose_cfg_now_has_other_buttons_is_a_clear_error(tmp_path):
                                               "rb").read())
     run = tmp_path / "run"
     out = a3c("train", "--env", f"doom:{cfg}", "--workers", "1", "--total-steps", "200",
-              "--obs-norm-frames", "200", "--quiet", "--no-tensorboard", "--run-dir", str(run),
+              "--quiet", "--no-tensorboard", "--run-dir", str(run),
               timeout=300)
     assert out.returncode == 0, out.stderr
     ckpt = run / "checkpoints" / "latest.npz"
@@ -431,7 +431,7 @@ def test_a_combos_run_evaluates_with_its_actions_and_resumes_only_with_them(tmp_
     pytest.importorskip("vizdoom")
     run = tmp_path / "run"
     out = a3c("train", "--env", "doom:defend_the_line", "--action-set", "combos", "--workers", "1",
-              "--total-steps", "300", "--obs-norm-frames", "200", "--quiet", "--no-tensorboard",
+              "--total-steps", "300", "--quiet", "--no-tensorboard",
               "--run-dir", str(run), timeout=300)
     assert out.returncode == 0, out.stderr
     assert "actions: 6 combinations of the scenario's buttons" in out.stdout
@@ -461,7 +461,7 @@ def test_a_band_view_run_says_so_evaluates_with_it_and_resumes_only_with_it(tmp_
 
     run = tmp_path / "run"
     out = a3c("train", "--env", "doom:defend_the_line", "--workers", "1", "--total-steps", "300",
-              "--obs-norm-frames", "200", "--no-tensorboard", "--log-interval", "60",
+              "--no-tensorboard", "--log-interval", "60",
               "--run-dir", str(run), timeout=300)
     assert out.returncode == 0, out.stderr
     assert "view: the frame's middle 60 rows at its full width, resized to 42x160" in out.stdout
@@ -492,7 +492,7 @@ def test_a_doom_checkpoint_saved_before_action_sets_evaluates_with_its_buttons(t
 
     run = tmp_path / "run"
     out = a3c("train", "--env", "doom:deadly_corridor", "--action-set", "buttons", "--workers", "1",
-              "--total-steps", "200", "--obs-norm-frames", "200", "--quiet", "--no-tensorboard",
+              "--total-steps", "200", "--quiet", "--no-tensorboard",
               "--run-dir", str(run), timeout=300)
     assert out.returncode == 0, out.stderr
     ckpt = load_checkpoint(str(run))

@@ -39,15 +39,13 @@ def test_defaults_are_the_standard_workload():
     assert r.entropy_beta == 0.01 and c.entropy_beta is None     # the family's
     assert r.gae_lambda == 1.0                                    # the family's
     assert (r.family, r.spec) == ("doom", "doom-lstm")
-    assert c.optimizer == "adam" and r.lr == pytest.approx(1e-4)
-    assert _r(optimizer="rmsprop").lr == pytest.approx(7e-4)
-    assert (c.rmsprop_alpha, c.rmsprop_eps) == (0.99, 0.1)
+    assert r.lr == pytest.approx(1e-4)
     assert c.reward_scale is None  # normalized by the running return std
     assert c.adam_amsgrad is None and c.lr_anneal is None and c.truncation_bootstrap is None
     assert (c.lr_anneal_steps, c.lr_anneal_floor) == (1_000_000, 0.1)
 
 
-def test_resolve_learning_rate_per_family_spec_and_optimizer():
+def test_resolve_learning_rate_per_family_and_spec():
     # Adam: 1e-4 on doom and Atari, 3e-4 on the vector specs (docs/defaults.md);
     # an explicit lr always wins
     assert _r().lr == pytest.approx(1e-4)
@@ -57,11 +55,6 @@ def test_resolve_learning_rate_per_family_spec_and_optimizer():
     assert _r("vector", **cart).lr == pytest.approx(3e-4)
     assert _r("vector", spec="mlp", **cart).lr == pytest.approx(3e-4)
     assert _r("vector", lr=5e-5, **cart).lr == pytest.approx(5e-5)
-    assert _r("vector", optimizer="rmsprop", **cart).lr == pytest.approx(7e-4)
-    # the same number the optimizer class defaults to
-    from a3c_core.core.optim import RMSProp
-
-    assert _r(optimizer="rmsprop").lr == RMSProp(4).lr
     pytest.importorskip("ale_py")       # the Atari ids of gymnasium's form need it
     for atari in ("ALE/Pong-v5", "PongNoFrameskip-v4"):
         r = _r(env=atari)
@@ -108,7 +101,6 @@ def test_resolve_amsgrad_and_anneal():
     assert _r(env="doom:defend_the_line").entropy_beta == 0.01
     assert _r(env="doom:defend_the_center").anneal_steps == 1_000_000
     assert _r(total_steps=5000, lr_anneal_steps=0).anneal_steps == 5000
-    assert _r(optimizer="rmsprop").anneal_steps == 0
     assert _r(lr_anneal=False).anneal_steps == 0
     assert _r("vector", lr_anneal=True, **cart).anneal_steps == 1_000_000
 
@@ -197,8 +189,6 @@ def test_net_kwargs_honour_or_reject_spec_fields():
         ("t_max", 0),
         ("gamma", 1.5),
         ("gae_lambda", -0.1),
-        ("optimizer", "adagrad"),
-        ("optimizer", "sgd"),             # removed
         ("spec", "resnet"),
         ("workers", -1),
         ("lr", -1e-3),
@@ -368,19 +358,38 @@ def test_a_saved_run_fills_the_fields_it_predates_from_one_table():
     assert set(SAVED_RUN_DEFAULTS) <= {f for f in Config.__dataclass_fields__}
 
 
-def test_a_saved_run_that_trained_with_sgd_is_a_clear_error(tmp_path):
+def test_the_removed_optimizers_are_named_and_their_runs_cannot_resume(tmp_path):
+    """optimizer, rmsprop_alpha and rmsprop_eps went (Adam is the one
+    optimizer): a new config naming one is an error saying why; a saved run's
+    config.toml still reads (they are ignored and reported), and its
+    checkpoint, whose optimizer state is RMSProp's or SGD's, is refused by name."""
+    from a3c_core.checkpoint import CheckpointError
+    from a3c_core.train.build import build_parts, plan_run, restore_checkpoint
+
+    new = tmp_path / "new.toml"
+    new.write_text('env = "CartPole-v1"\noptimizer = "adam"\n')
+    with pytest.raises(ConfigError, match="config field 'optimizer' was removed: Adam is the one"):
+        Config.from_toml(str(new))
+    for name in ("rmsprop_alpha", "obs_norm_frames", "advantage_horizon"):
+        with pytest.raises(ConfigError, match=f"config field '{name}' was removed"):
+            Config.from_dict({name: 1})
     old = tmp_path / "config.toml"
-    old.write_text('env = "CartPole-v1"\noptimizer = "sgd"\nexploration = "none"\n'
-                   'min_rollout = 0\n')
-    with pytest.raises(ConfigError, match="config field 'optimizer' = 'sgd': this optimizer "
-                                          "was removed .*choose one of rmsprop, adam"):
-        Config.from_toml(str(old), saved_run=True)
-    old.write_text('env = "CartPole-v1"\noptimizer = "rmsprop"\nexploration = "none"\n'
-                   'exploration_scale = 0.5\nmin_rollout = 0\n')
+    old.write_text('env = "CartPole-v1"\noptimizer = "rmsprop"\nrmsprop_alpha = 0.99\n'
+                   'rmsprop_eps = 0.1\nexploration = "none"\nmin_rollout = 0\n')
     ignored = []
     c = Config.from_toml(str(old), saved_run=True, ignored=ignored)
-    assert c.optimizer == "rmsprop"
-    assert ignored == ["exploration", "exploration_scale", "min_rollout"]
+    assert ignored == ["optimizer", "rmsprop_alpha", "rmsprop_eps", "exploration", "min_rollout"]
+
+    class Ckpt:             # what restore_checkpoint reads first
+        path = "ckpt.npz"
+        meta = {"optimizer": "rmsprop"}
+
+    from a3c_core.envs import make_env
+
+    with make_env("CartPole-v1") as env:
+        parts = build_parts(plan_run(c.replace(workers=1), env))
+    with pytest.raises(CheckpointError, match="used optimizer 'rmsprop', which was removed"):
+        restore_checkpoint(parts, Ckpt())
 
 
 def test_a_run_saved_before_merge_below_keeps_the_papers_rollouts(tmp_path):

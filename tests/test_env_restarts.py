@@ -210,7 +210,7 @@ def test_restarts_stop_at_the_limit_per_hour_and_without_a_factory():
                       limit=1, t_max=20)
     w.rollout()                             # step 2 fails: restart 1
     assert w.stats.env_restarts == 1
-    w._restart_times[0] -= RESTART_WINDOW + 1     # an hour later
+    w.guard.restart_times[0] -= RESTART_WINDOW + 1     # an hour later
     w.rollout()                             # the new env's step 3 fails: restart again
     assert w.stats.env_restarts == 2
     with pytest.raises(EngineCrash, match="step 3 failed"):
@@ -260,8 +260,7 @@ def test_the_watchdog_kills_a_hung_step_and_the_worker_goes_on():
 
 
 def test_the_watchdog_bound_and_one_kill_per_call():
-    class Fake:
-        wid = 0
+    class FakeGuard:
         step_env = 0
 
         def __init__(self, median):
@@ -273,14 +272,20 @@ def test_the_watchdog_bound_and_one_kill_per_call():
         def step_median(self):
             return self.median
 
+    class Fake:
+        wid = 0
+
+        def __init__(self, median):
+            self.guard = FakeGuard(median)
+
     fast, slow = Fake(None), Fake(1.0)
     dog = StepWatchdog(lambda: [fast, slow, None], 30.0)
     assert dog.bound(fast) == 30.0 and dog.bound(slow) == 50.0
-    fast.step_began = slow.step_began = 100.0
+    fast.guard.step_began = slow.guard.step_began = 100.0
     assert dog.check(now=120.0) == []                   # under 30 s
     found = dog.check(now=140.0)                        # 40 s: over 30, under 50
-    assert [(f[0], f[4]) for f in found] == [(fast, True)] and fast.envs[0].killed.is_set()
-    assert "40.0 s" in fast.hang_notes[0]
+    assert [(f[0], f[4]) for f in found] == [(fast, True)] and fast.guard.envs[0].killed.is_set()
+    assert "40.0 s" in fast.guard.hang_notes[0]
     assert dog.check(now=145.0) == []                   # that call is killed once
     found = dog.check(now=151.0)
     assert [f[0] for f in found] == [slow]

@@ -1,4 +1,4 @@
-"""The workers' envs start on a thread beside the warm-up (Trainer._start_envs):
+"""The workers' envs start on a thread beside the warm-up (EnvSlots.start_beside):
 each env once, with its worker's seed; a failure fails the run with the
 env's own error; an interrupted start leaves no env open."""
 import threading
@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from a3c_core.train import trainer as trainer_mod
+from a3c_core.train import env_slots as env_slots_mod
 from a3c_core.train.config import Config
+from a3c_core.train.env_slots import EnvSlots
 from a3c_core.train.trainer import Trainer, TrainingError
 
 pytest.importorskip("gymnasium")
@@ -40,7 +41,7 @@ class _Spy:
             return env
 
         monkeypatch.setattr(envs_mod, "make_env", make_env)
-        monkeypatch.setattr(trainer_mod, "make_env", make_env)    # the name the trainer calls
+        monkeypatch.setattr(env_slots_mod, "make_env", make_env)    # the name EnvSlots calls
 
 
 def _cfg(tmp_path, **kw):
@@ -58,8 +59,8 @@ def _slow_warm_up(monkeypatch, until_all_ready=True, then=None):
 
     def warm_up(self):
         if until_all_ready:
-            self._starter.join(20)
-            assert not self._starter.is_alive()
+            self.env_slots.starter.join(20)
+            assert not self.env_slots.starter.is_alive()
         if then is not None:
             then(self)
         return real(self)
@@ -78,14 +79,14 @@ def test_envs_start_beside_the_warm_up_once_each_with_their_seeds(tmp_path, monk
     assert threads[0] == threading.main_thread().name
     assert threads[1:] == ["a3c-env-starter"] * 5
     seeds = [seed for seed, _ in spy.made]
-    assert seeds == [trainer._env_seed(e // 2, e % 2) for e in range(6)]
+    assert seeds == [trainer.env_slots.seed(e // 2, e % 2) for e in range(6)]
     assert len(set(seeds)) == 6
     # worker w plays envs 2w and 2w + 1
     for w in trainer.workers:
-        assert [spy.seed_of[id(e)] for e in w.envs] == [trainer._env_seed(w.wid, j) for j in (0, 1)]
+        assert [spy.seed_of[id(e)] for e in w.envs] == [trainer.env_slots.seed(w.wid, j) for j in (0, 1)]
     assert sorted(spy.closed) == sorted(seeds)          # every env closed at the end
     assert all(e is None for e in trainer.envs)
-    assert not trainer._starter.is_alive()
+    assert not trainer.env_slots.starter.is_alive()
 
 
 def test_a_worker_starts_the_envs_the_starter_has_not_reached(tmp_path, monkeypatch):
@@ -95,9 +96,9 @@ def test_a_worker_starts_the_envs_the_starter_has_not_reached(tmp_path, monkeypa
 
     def first_three(self):
         for e in range(1, 4):
-            self._env(e, pin=True)
+            self.get(e, pin=True)
 
-    monkeypatch.setattr(Trainer, "_start_envs", first_three)
+    monkeypatch.setattr(EnvSlots, "start_all", first_three)
     _slow_warm_up(monkeypatch)
     trainer = Trainer(_cfg(tmp_path, workers=4, envs_per_worker=3))
     trainer.run()
@@ -105,7 +106,7 @@ def test_a_worker_starts_the_envs_the_starter_has_not_reached(tmp_path, monkeypa
     assert len(by_seed) == len(spy.made) == 12            # each env once
     for e in range(12):
         w, j = divmod(e, 3)
-        who = by_seed[trainer._env_seed(w, j)]
+        who = by_seed[trainer.env_slots.seed(w, j)]
         if e == 0:
             assert who == threading.main_thread().name
         elif e <= 3:
@@ -122,15 +123,14 @@ def test_workers_racing_the_starter_start_each_env_once(tmp_path, monkeypatch):
     trainer = Trainer(_cfg(tmp_path, workers=4, envs_per_worker=3))
     trainer.run()
     seeds = [seed for seed, _ in spy.made]
-    assert sorted(seeds) == sorted(trainer._env_seed(e // 3, e % 3) for e in range(12))
+    assert sorted(seeds) == sorted(trainer.env_slots.seed(e // 3, e % 3) for e in range(12))
     assert sorted(spy.closed) == sorted(seeds)
 
 
 def test_an_env_that_does_not_start_fails_the_run_with_its_error(tmp_path, monkeypatch):
     cfg = _cfg(tmp_path)
-    probe = Trainer.__new__(Trainer)
-    probe.cfg, probe.resumes, probe.worker_generation = cfg, 0, [0, 0]
-    bad = probe._env_seed(1, 1)            # env 3: worker 1's second
+    probe = EnvSlots(cfg, cfg.run_dir, cfg.n_workers(), 0, threading.Event())
+    bad = probe.seed(1, 1)                 # env 3: worker 1's second
     spy = _Spy(monkeypatch, fail_seed=bad)
     _slow_warm_up(monkeypatch, until_all_ready=True)
     trainer = Trainer(cfg)
@@ -159,8 +159,8 @@ def test_an_interrupted_start_leaves_no_env_open(tmp_path, monkeypatch):
     trainer = Trainer(_cfg(tmp_path, workers=8, envs_per_worker=4))
     res = trainer.run()
     assert res.status == "interrupted"
-    assert not trainer._starter.is_alive()
-    trainer._starter.join(10)       # (run() joined it: a no-op unless that broke)
+    assert not trainer.env_slots.starter.is_alive()
+    trainer.env_slots.starter.join(10)  # (run() joined it: a no-op unless that broke)
     assert 1 <= len(spy.made) < 31      # stopped early
     assert sorted(spy.closed) == sorted(s for s, _ in spy.made)
     assert all(e is None for e in trainer.envs)

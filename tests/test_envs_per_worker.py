@@ -40,7 +40,7 @@ def _env(k):
 
 class _Uniforms:
     """An rng whose ``random(n)`` returns the next ``n`` values of a fixed
-    sequence (``Worker._uniforms`` draws blocks of them)."""
+    sequence (``Worker.uniforms`` draws blocks of them)."""
 
     def __init__(self, values):
         self.values = values
@@ -147,7 +147,7 @@ def test_k_env_update_is_the_sum_of_its_envs_segment_gradients(kw, fused):
         scale = np.abs(want).max()
         np.testing.assert_allclose(store.grads[-1], want, rtol=2e-3, atol=2e-4 * scale)
         # each env's running return for the normalizer is its own
-        np.testing.assert_allclose(w._ret_acc, [e.acc for e in envs], rtol=1e-9)
+        np.testing.assert_allclose(w.targets.ret_acc, [e.acc for e in envs], rtol=1e-9)
     assert any(c["reset"].any() for c in net.calls)       # episodes ended inside rollouts
     assert all(e.episode >= 1 for e in envs)
 
@@ -205,7 +205,7 @@ def test_trainer_gives_each_worker_its_envs_with_their_own_seeds(tmp_path, monke
         return env
 
     monkeypatch.setattr(envs_mod, "make_env", make_env)
-    monkeypatch.setattr("a3c_core.train.trainer.make_env", make_env)   # the name it calls
+    monkeypatch.setattr("a3c_core.train.env_slots.make_env", make_env)   # the name it calls
     cfg = Config(env="CartPole-v1", workers=2, envs_per_worker=3, total_steps=1500, seed=4,
                  quiet=True, tensorboard=False, checkpoint_interval=0,
                  run_dir=str(tmp_path / "run"))

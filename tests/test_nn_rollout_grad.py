@@ -327,46 +327,6 @@ def test_record_kernels_match_numpy_twins():
     assert not hs[[0, 1, 4]].any() and not cs[[0, 1, 4]].any()
 
 
-@pytest.mark.parametrize("spec", ["doom-lstm", "doom-ff"])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_doom_step_rec_matches_doom_step_plus_numpy_copies(spec, dtype):
-    """The recording fused step = ``doom_step`` (bitwise) + its scratch
-    copied into the rows by numpy."""
-    from a3c_core.nn import kernels as K
-    net = build_network(spec, (1, 30, 26), 3, dtype=dtype, seed=2)
-    assert net.fused_step
-    obs, _, _, _, state = _rollout(net, 2)
-    st = net.fused_static
-    y1, y2, feat, gates1 = st[7], st[12], st[15], st[22]
-    h, c = state if state is not None else (np.zeros(1, dtype), np.zeros(1, dtype))
-    out = [np.empty_like(h), np.empty_like(c), np.empty(3, dtype)]
-    v_ref = K.doom_step(obs[1], h, c, *out, *st)
-    ref = [a.copy() for a in out] + [y1.copy(), y2.copy(), feat.copy(), gates1.copy()]
-    net.begin_rollout(4)
-    rec = net.fused_rows
-    got = [np.empty_like(h), np.empty_like(c), np.empty(3, dtype)]
-    v = K.doom_step_rec(1, obs[1], h, c, *got, *st, *rec)
-    assert v == v_ref
-    for a, b in zip(got if net.recurrent else got[2:], ref[:3] if net.recurrent else ref[2:3]):
-        np.testing.assert_array_equal(a, b)             # probs (and h', c')
-    obs_rows, z1, flat2, fcy, gates, hs, cs = rec
-    c1 = net.encoder[0]
-    np.testing.assert_array_equal(obs_rows[1], obs[1])
-    np.testing.assert_array_equal(z1[c1.n_pix:2 * c1.n_pix],
-                                  ref[3].reshape(c1.out_ch, c1.n_pix).T)
-    np.testing.assert_array_equal(flat2[1], ref[4].ravel())
-    np.testing.assert_array_equal(fcy[1], ref[5])
-    if net.recurrent:
-        np.testing.assert_array_equal(gates[1], ref[6])   # activated gates
-        np.testing.assert_array_equal(hs[1], h)
-        np.testing.assert_array_equal(hs[2], ref[0])
-        np.testing.assert_array_equal(cs[2], ref[1])
-        # the activated gates give the new cell: c' = f*c + i*g
-        hd = net.lstm_size
-        i_, f_, g_ = ref[6][:hd], ref[6][hd:2 * hd], ref[6][2 * hd:3 * hd]
-        np.testing.assert_allclose(f_ * c + i_ * g_, ref[1], rtol=1e-5)
-
-
 # -- a recorded rollout that crosses episode boundaries ------------------------
 
 SEG_CASES = [("doom-lstm", (2, 30, 26)), ("atari-lstm", (1, 42, 42)), ("mlp-lstm", (7,)),
@@ -439,41 +399,6 @@ def test_reset_rows_keep_the_previous_output(spec, obs_shape):
     assert list(cws["reset"][:5]) == [False, False, True, False, False]
     np.testing.assert_array_equal(cws["hin"][2], np.full(net.lstm_size, 0.25))
     np.testing.assert_array_equal(cws["cin"][2], np.full(net.lstm_size, -0.5))
-
-
-@pytest.mark.parametrize("spec", ["doom-lstm", "doom-ff"])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_packed_doom_step_equals_doom_step(spec, dtype):
-    """The network's fused step passes its static arrays packed (two flat
-    buffers + a table); outputs and recorded rows are doom_step's, bitwise."""
-    from a3c_core.nn import kernels as K
-    net = build_network(spec, (1, 30, 26), 3, dtype=dtype, seed=4)
-    obs, _, _, _, state = _rollout(net, 3)
-    st = net.fused_static
-    h, c = state if state is not None else (np.zeros(1, dtype), np.zeros(1, dtype))
-    ref = [np.empty_like(h), np.empty_like(c), np.empty(3, dtype)]
-    got = [np.empty_like(h), np.empty_like(c), np.empty(3, dtype)]
-    n_out = 3 if net.recurrent else 1       # h', c' are written by LSTM nets only
-    for t in range(3):
-        v_ref = K.doom_step(obs[t], h, c, *ref, *st)
-        v = K.doom_step_packed(obs[t], h, c, *got, *net.fused_packed)
-        assert v == v_ref
-        for a, b in zip(got[-n_out:], ref[-n_out:]):
-            np.testing.assert_array_equal(a, b)
-    # the recording form: the same rows as the unpacked recording kernel
-    net.begin_rollout(3)
-    rows_a = [r.copy() for r in net.fused_rows]
-    K.doom_step_rec(2, obs[2], h, c, *ref, *st, *net.fused_rows)
-    rows_ref = [r.copy() for r in net.fused_rows]
-    for r, r0 in zip(net.fused_rows, rows_a):
-        r[...] = r0
-    v = K.doom_step_rec_packed(2, obs[2], h, c, *got, *net.fused_packed, *net.fused_rows)
-    for r, r0 in zip(net.fused_rows, rows_ref):
-        np.testing.assert_array_equal(r, r0)
-    for a, b in zip(got[-n_out:], ref[-n_out:]):
-        np.testing.assert_array_equal(a, b)
-    # the packed params are the network's own buffer: an update is seen at once
-    assert net.fused_packed[0] is net.params
 
 
 def test_reset_flags_do_not_leak_into_the_next_recording():

@@ -2,6 +2,7 @@
 numpy twin, the pipeline against a hand-applied twin, the trainer's
 measurement, its checkpoint round trip and resume, and clear errors for a
 malformed one."""
+import importlib
 import os
 
 import numpy as np
@@ -89,11 +90,12 @@ def _run(tmp_path, name="run", **kw):
     return run
 
 
-def test_trainer_measures_the_norm_on_random_play_and_saves_it(tmp_path):
+def test_trainer_measures_the_norm_on_random_play_and_saves_it(tmp_path, monkeypatch):
     from a3c_core.checkpoint import load_checkpoint
     from a3c_core.envs import make_env
 
-    run = _run(tmp_path, obs_norm_frames=300, seed=4)
+    monkeypatch.setattr(importlib.import_module("a3c_core.train.build"), "OBS_NORM_FRAMES", 300)
+    run = _run(tmp_path, seed=4)
     norm = load_checkpoint(run).preprocess_spec["norm"]
     assert norm["frames"] == 300 and len(norm["mean"]) == 84 * 84
     # the twin: 300 frames of uniform random play, the same seeds, by hand

@@ -194,10 +194,10 @@ def test_a_killed_worker_process_is_forked_again(tmp_path, capsys):
     res = t.run()
     th.join()
     assert res.status == "done" and res.steps > 500 and res.worker_restarts == 1
-    assert t.worker_generation == [1, 0] and t.backend.worker_pids()[0] != victim[0]
-    seed = t._env_seed(0)
-    t.worker_generation[0] = 0
-    assert t._env_seed(0) != seed                       # a new seed stream
+    assert t.env_slots.generation == [1, 0] and t.backend.worker_pids()[0] != victim[0]
+    seed = t.env_slots.seed(0)
+    t.env_slots.generation[0] = 0
+    assert t.env_slots.seed(0) != seed                  # a new seed stream
     err = capsys.readouterr().err
     assert f"warning: worker process 0 (pid {victim[0]}) died: killed by SIGKILL; restarted" in err
     assert json.load(open(os.path.join(cfg.run_dir, "summary.json")))["worker_restarts"] == 1
@@ -372,6 +372,8 @@ def test_worker_holds_the_stores_targets_lock_around_the_one_call_targets():
     from a3c_core.envs import make_env
     from a3c_core.nn.network import build_network
     from a3c_core.obs import ObsPipeline
+    import a3c_core.train.segments as S
+    import a3c_core.train.segments as S
     import a3c_core.train.worker as W
 
     class Lock:
@@ -392,18 +394,18 @@ def test_worker_holds_the_stores_targets_lock_around_the_one_call_targets():
     w2 = W.Worker(0, env, net, pipe, store, W.RolloutSettings(normalize_advantages=True),
                   np.random.default_rng(0))
     seen = []
-    real = W.rollout_targets
+    real = S.rollout_targets
 
     def spy(*a):
         seen.append(lock.held)
         return real(*a)
 
-    W.rollout_targets = spy
+    S.rollout_targets = spy
     try:
         for _ in range(3):
             w2.rollout()
     finally:
-        W.rollout_targets = real
+        S.rollout_targets = real
     assert seen == [1, 1, 1] and lock.entered == 3
 
 

@@ -373,6 +373,7 @@ def test_driver_restarts_a_node_whose_new_instance_answered_a_poll():
     ``start.remote`` records the call (the real race is timing-dependent)."""
     pytest.importorskip("ray")
     import io
+    import types
 
     from a3c_core.core import SharedState, make_optimizer
     from a3c_core.distributed.driver import RayBackend, RayOptions, _NodeSlot
@@ -389,26 +390,26 @@ def test_driver_restarts_a_node_whose_new_instance_answered_a_poll():
         def __init__(self):
             self.start = _Start()
 
-    class _Trainer:       # what the backend reads of its trainer
+    class _Report:        # what the backend reads of the run's report
         def on_episode(self, *args):
             raise AssertionError("the new instance's episodes must not be counted")
 
-    tr = _Trainer()
-    tr.shared = SharedState(np.zeros(4, np.float32), make_optimizer("adam", 4))
-    tr.errors, tr.stop_event, tr.out = [], threading.Event(), io.StringIO()
-    tr.cfg = type("Cfg", (), {"quiet": True})()
+    ctx = types.SimpleNamespace(report=_Report())    # what the backend reads of its RunContext
+    ctx.shared = SharedState(np.zeros(4, np.float32), make_optimizer("adam", 4))
+    ctx.report.errors, ctx.stop_event, ctx.report.out = [], threading.Event(), io.StringIO()
+    ctx.cfg = type("Cfg", (), {"quiet": True})()
     be = RayBackend(RayOptions(nodes=2, max_restarts=2))
-    be.trainer = tr
+    be.ctx = ctx
     slot = _NodeSlot(1, _Handle())
     slot.status, slot.core_offset = "running", 1
     slot.last = {"steps": 5000, "updates": 250, "skipped": 0}
-    tr.shared.add_steps(9000)
+    ctx.shared.add_steps(9000)
     fresh = {"steps": 0, "updates": 0, "skipped": 0, "episodes": [(1, 10.0, 10, "terminated")],
              "losses": np.zeros(8), "consecutive_skips": 0, "sync": {}, "errors": [],
              "alive": False, "started": False}
     be._absorb(slot, fresh)
-    assert tr.shared.steps == 9000 and tr.shared.episodes == 0
+    assert ctx.shared.steps == 9000 and ctx.shared.episodes == 0
     assert (slot.status, slot.restarts, slot.pending_start) == ("restarting", 1, "start-ref")
     assert slot.handle.start.calls == [(1, 9000)]
     assert slot.last == {"steps": 0, "updates": 0, "skipped": 0}
-    assert not tr.stop_event.is_set() and not tr.errors
+    assert not ctx.stop_event.is_set() and not ctx.report.errors

@@ -314,7 +314,7 @@ def test_train_logs_its_replays_and_a_resume_keeps_them(tmp_path, backend):
                 [float(r[3]) for r in rows if r[2] == "charts/sil_update_share"])
 
     replays, share = train("--env", "doom:basic", "--self-imitation", "--total-steps", "4000",
-                           "--obs-norm-frames", "100", "--run-dir", run)
+                           "--run-dir", run)
     assert replays and all(n > 0 for _, n in replays)
     assert share and all(0.0 <= x <= 1.0 for x in share)
     cfg = Config.from_toml(os.path.join(run, "config.toml"), saved_run=True)

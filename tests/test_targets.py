@@ -122,10 +122,11 @@ def _train(fused, settings, adv_norm, reward_norm=True, rollouts=40):
     store = ThreadStore(shared, rn, lambda w, r, n, i, **_: episodes.append((r, n)), adv_norm)
     w = Worker(0, env, net, pipe, store, settings, np.random.default_rng(11),
                fused_targets=fused)
-    assert (w._stats is not None) == fused
+    assert (w.targets.stats is not None) == fused
     lengths = [w.rollout()[0] for _ in range(rollouts)]
     stats = [x.stats.copy() for x in (rn, adv_norm) if x is not None]
-    return shared.params.copy(), lengths, episodes, stats, w.rewards.copy(), w._ret_acc
+    return (shared.params.copy(), lengths, episodes, stats, w.targets.rewards.copy(),
+            w.targets.ret_acc)
 
 
 @pytest.mark.parametrize("settings,adv,reward_norm", [

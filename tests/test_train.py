@@ -1,6 +1,7 @@
 """Smoke tests of the real CLI and trainer with tiny budgets."""
 import collections
 import csv
+import importlib
 import json
 import os
 import threading
@@ -90,14 +91,14 @@ def test_adam_moment_scalars_are_logged(tmp_path):
 def test_rms_diff_matches_numpy():
     """optim/param_change_rms's reduction against numpy in float64, across the
     chunk boundary (65,536) and for an empty vector."""
-    from a3c_core.train.trainer import _rms_diff
+    from a3c_core.train.run_report import rms_diff
     rng = np.random.default_rng(3)
     for n in (1, 1000, 65_536, 200_003):
         a = rng.standard_normal(n).astype(np.float32)
         b = (a + rng.standard_normal(n).astype(np.float32) * 1e-3).astype(np.float32)
         want = np.sqrt(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-        assert _rms_diff(a, b) == pytest.approx(want, rel=1e-12)
-    assert _rms_diff(np.zeros(0, np.float32), np.zeros(0, np.float32)) == 0.0
+        assert rms_diff(a, b) == pytest.approx(want, rel=1e-12)
+    assert rms_diff(np.zeros(0, np.float32), np.zeros(0, np.float32)) == 0.0
 
 
 def test_cli_train_cartpole_and_gif_free_eval(tmp_path, capsys):
@@ -114,17 +115,18 @@ def test_cli_train_cartpole_and_gif_free_eval(tmp_path, capsys):
     assert "3 episodes (sampled)" in capsys.readouterr().out
 
 
-def test_one_worker_fixed_seed_is_deterministic(tmp_path):
+def test_one_worker_fixed_seed_is_deterministic(tmp_path, monkeypatch):
+    monkeypatch.setattr(importlib.import_module("a3c_core.train.build"), "OBS_NORM_FRAMES", 100)
     params = []
     for k in range(2):
         cfg = Config(env="doom:basic", workers=1, total_steps=300, seed=7, quiet=True,
-                     tensorboard=False, checkpoint_interval=0, obs_norm_frames=100,
+                     tensorboard=False, checkpoint_interval=0,
                      run_dir=str(tmp_path / f"r{k}"))
         res = Trainer(cfg).run()
         params.append(load_checkpoint(res.run_dir).params)
     np.testing.assert_array_equal(params[0], params[1])
     cfg = Config(env="doom:basic", workers=1, total_steps=300, seed=8, quiet=True,
-                 tensorboard=False, checkpoint_interval=0, obs_norm_frames=100,
+                 tensorboard=False, checkpoint_interval=0,
                  run_dir=str(tmp_path / "r2"))
     other = load_checkpoint(Trainer(cfg).run().run_dir).params
     assert not np.array_equal(params[0], other)
@@ -337,12 +339,13 @@ def test_resume_with_a_larger_budget_anneals_over_it(tmp_path):
     ({"lr_anneal": False, "adam_amsgrad": True, "lr": 2e-4}, (True, 2e-4, 0, 0.1)),
     ({"spec": "doom-ff"}, (False, 1e-4, 0, 0.1)),
 ])
-def test_trainer_builds_the_documented_adam_defaults(tmp_path, extra, want):
+def test_trainer_builds_the_documented_adam_defaults(tmp_path, extra, want, monkeypatch):
     """The trainer's Adam follows Config's spec defaults: doom-lstm's anneals over
     its first 1M steps to a tenth, whatever the budget; explicit values and
     other specs do not."""
+    monkeypatch.setattr(importlib.import_module("a3c_core.train.build"), "OBS_NORM_FRAMES", 100)
     kw = dict(env="doom:basic", workers=1, total_steps=50_000, quiet=True, tensorboard=False,
-              checkpoint_interval=0, obs_norm_frames=100, run_dir=str(tmp_path / "run"))
+              checkpoint_interval=0,  run_dir=str(tmp_path / "run"))
     kw.update(extra)
     trainer = Trainer(Config(**kw))
     try:
@@ -460,9 +463,10 @@ def test_a_resumed_image_run_keeps_its_network_frames_and_reward_scale(tmp_path,
 
     from a3c_core.envs import families
 
+    monkeypatch.setattr(importlib.import_module("a3c_core.train.build"), "OBS_NORM_FRAMES", 50)
     run = str(tmp_path / "run")
     assert main(["train", "--env", "doom:basic", "--workers", "1", "--quiet", "--no-tensorboard",
-                 "--total-steps", "60", "--obs-norm-frames", "50", "--seed", "1",
+                 "--total-steps", "60", "--seed", "1",
                  "--run-dir", run]) == 0
     saved = Config.from_toml(os.path.join(run, "config.toml"), saved_run=True)
     assert (saved.spec, saved.reward_scale, saved.frame_size) == ("auto", 0.0, None)
@@ -471,7 +475,7 @@ def test_a_resumed_image_run_keeps_its_network_frames_and_reward_scale(tmp_path,
     monkeypatch.setattr(families, "FAMILIES",
                         [doom if f is families.DOOM else f for f in families.FAMILIES])
     fresh = Trainer(Config(env="doom:basic", workers=1, quiet=True, tensorboard=False,
-                           obs_norm_frames=50, run_dir=str(tmp_path / "fresh")))
+                           run_dir=str(tmp_path / "fresh")))
     try:     # a new run: the new defaults
         assert (fresh.spec_name, fresh.pipeline_spec["out_shape"]) == ("atari-lstm", [42, 42])
         assert fresh.normalizer is None
@@ -493,7 +497,7 @@ def test_a_resumed_image_run_keeps_its_network_frames_and_reward_scale(tmp_path,
 
 def test_checkpoint_counts_only_episodes_whose_rows_are_on_disk(tmp_path):
     """A checkpoint's episode counter never runs ahead of episodes.csv on disk:
-    save() reads the counters under the store's episode lock (an episode is
+    RunCheckpoints.save() reads the counters under the store's episode lock (an episode is
     counted and its row written under it) and flushes the rows first, so a
     run killed right after the checkpoint resumes with no gap in the indices."""
     pytest.importorskip("gymnasium")
@@ -503,11 +507,11 @@ def test_checkpoint_counts_only_episodes_whose_rows_are_on_disk(tmp_path):
                  checkpoint_interval=0, run_dir=str(tmp_path / "run"))
     tr = Trainer(cfg)
     os.makedirs(os.path.join(tr.run_dir, "checkpoints"), exist_ok=True)
-    tr.logger = MetricsLogger(tr.run_dir, tensorboard=False)
+    tr.report.logger = MetricsLogger(tr.run_dir, tensorboard=False)
     try:
         for k in range(3):
             tr.store.record_episode(0, float(k), 10 + k)      # rows buffered, not flushed
-        path = tr.save("latest")
+        path = tr.checkpoints.save("latest")
         with open(os.path.join(tr.run_dir, "episodes.csv"), newline="") as fh:
             on_disk = [int(r["episode"]) for r in csv.DictReader(fh)]
         assert load_checkpoint(path).meta["counters"]["episodes"] == 3
@@ -530,8 +534,8 @@ def test_checkpoint_counts_only_episodes_whose_rows_are_on_disk(tmp_path):
         th.join(10)
         assert tr.store.episode_lock.acquire(timeout=5)
         tr.store.episode_lock.release()
-        path = tr.save("latest")
+        path = tr.checkpoints.save("latest")
         assert load_checkpoint(path).meta["counters"]["episodes"] == 4
     finally:
-        tr.logger.close()
+        tr.report.logger.close()
         tr.close()

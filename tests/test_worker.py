@@ -112,12 +112,12 @@ class RecordingStore(Store):
         return 1.0
 
 
-def _worker(env, t_max, *, gamma=0.5, boot_trunc=True, reward_scale=1.0):
+def _worker(env, t_max, *, gamma=0.5, boot_trunc=True, reward_scale=1.0, reward_clip=0.0):
     net = SpyNet(build_network("mlp", (2,), 2, hidden=(8,), seed=0))
     pipe = ObsPipeline({"kind": "vector"}, env.obs_shape)
     store = RecordingStore(net.n_params)
     s = RolloutSettings(t_max=t_max, gamma=gamma, gae_lambda=1.0, reward_scale=reward_scale,
-                        truncation_bootstrap=boot_trunc)
+                        truncation_bootstrap=boot_trunc, reward_clip=reward_clip)
     return Worker(0, env, net, pipe, store, s, np.random.default_rng(0)), net, store
 
 
@@ -184,8 +184,7 @@ def test_life_loss_is_terminal_for_learning_but_scores_whole_games():
 
 def test_reward_clip_and_fixed_scale():
     env = ScriptedEnv([5.0, -3.0, 0.5])
-    w, net, store = _worker(env, t_max=5, gamma=1.0, reward_scale=2.0)
-    w.s = RolloutSettings(t_max=5, gamma=1.0, gae_lambda=1.0, reward_scale=2.0, reward_clip=1.0)
+    w, net, store = _worker(env, t_max=5, gamma=1.0, reward_scale=2.0, reward_clip=1.0)
     w.rollout()
     np.testing.assert_allclose(net.calls[0]["returns"], [2 * (1 - 1 + 0.5), 2 * (-1 + 0.5), 1.0])
     assert store.episodes == [(2.5, 3)]  # raw rewards are reported

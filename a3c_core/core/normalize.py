@@ -101,7 +101,7 @@ def running_returns(rewards, gamma, acc):
 # merged by one compiled call that holds the GIL (nogil=False): no other
 # Python thread runs while it reads and writes them, so the merge is atomic
 # among the worker threads without a lock, and a worker can merge from
-# inside its own compiled code (``rollout_targets`` in train.worker).
+# inside its own compiled code (``core.targets.rollout_targets``).
 ST_COUNT, ST_MEAN, ST_M2, ST_SCALE, ST_MEAN_SQ = range(5)
 # ``params`` (float64): kind (below), eps, min_count, horizon
 P_KIND, P_EPS, P_MIN, P_HORIZON = range(4)

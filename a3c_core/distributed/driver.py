@@ -92,7 +92,7 @@ class RayBackend(Backend):
         self.shards, self.slots = [], []
 
     def describe(self) -> str:
-        return f"{self.opts.nodes} nodes x {self.trainer.n_workers} workers (Ray)"
+        return f"{self.opts.nodes} nodes x {self.ctx.n_workers} workers (Ray)"
 
     @property
     def tick_seconds(self):
@@ -101,12 +101,12 @@ class RayBackend(Backend):
     # -- setup ----------------------------------------------------------------
     def prepare(self):
         """The driver built env 0 only to plan the run; the nodes build their own."""
-        self.trainer.close_envs()
+        self.ctx.env_slots.close()
         self._connect()
         self._launch()
 
     def written(self):
-        with open(os.path.join(self.trainer.run_dir, "ray.json"), "w") as fh:
+        with open(os.path.join(self.ctx.run_dir, "ray.json"), "w") as fh:
             json.dump(dataclasses.asdict(self.opts), fh, indent=1)
 
     def _connect(self):
@@ -125,14 +125,14 @@ class RayBackend(Backend):
         self._own_ray = True
 
     def _node_cpus(self):
-        return float(self.opts.node_cpus or self.trainer.n_workers)
+        return float(self.opts.node_cpus or self.ctx.n_workers)
 
     def _setup_dict(self):
         return {
-            "plan": self.trainer.plan, "n_workers": self.trainer.n_workers,
+            "plan": self.ctx.plan, "n_workers": self.ctx.n_workers,
             "opt_state": self.opts.opt_state,
             "sync_every": self.opts.sync_every, "sync_ms": self.opts.sync_ms,
-            "resumes": self.trainer.resumes,
+            "resumes": self.ctx.resumes,
         }
 
     def _launch(self):
@@ -149,10 +149,10 @@ class RayBackend(Backend):
             raise ValueError(
                 f"the Ray cluster has {have:g} CPUs; {o.nodes} nodes x {self._node_cpus():g} "
                 f"CPUs need {need:g} (use fewer --nodes or --workers, set --node-cpus, or add machines)")
-        n = self.trainer.shared.n_params
+        n = self.ctx.shared.n_params
         self.bounds = shard_bounds(n, o.shards)
-        opt = self.trainer.shared.optimizer
-        vectors = {"params": self.trainer.shared.params}
+        opt = self.ctx.shared.optimizer
+        vectors = {"params": self.ctx.shared.params}
         scales = {"params": 1.0}
         if o.opt_state == "global":
             for name in stat_arrays(opt):
@@ -185,7 +185,7 @@ class RayBackend(Backend):
         per_host = {}
         for slot, info in zip(self.slots, infos):
             rank = per_host.setdefault(info["host"], 0)
-            slot.core_offset = rank * self.trainer.n_workers
+            slot.core_offset = rank * self.ctx.n_workers
             per_host[info["host"]] = rank + 1
         self.hosts = len(per_host)
         self.ray_nodes = len({info["node_id"] for info in infos})
@@ -193,8 +193,8 @@ class RayBackend(Backend):
     # -- checkpoints --------------------------------------------------------------
     def before_save(self, which="latest"):
         """Refresh the driver's copy of the global state from the shards (and
-        the nodes' optimizer statistics); the trainer then writes it like a
-        single-node run."""
+        the nodes' optimizer statistics); the run's checkpoints then write it
+        like a single-node run's."""
         self._refresh_global(which)
 
     def _refresh_global(self, which):
@@ -211,9 +211,9 @@ class RayBackend(Backend):
                 f"parameter-server shard {'?' if k is None else k} did not answer "
                 f"({type(e).__name__}: {str(e).splitlines()[0]}); {which}.npz not written, "
                 "the previous checkpoint is kept") from None
-        opt = self.trainer.shared.optimizer
+        opt = self.ctx.shared.optimizer
         for (lo, hi), r in zip(self.bounds, res):
-            self.trainer.shared.params[lo:hi] = r["params"]
+            self.ctx.shared.params[lo:hi] = r["params"]
             if self.opts.opt_state == "global":
                 for name, arr in r.items():
                     if name != "params":
@@ -252,21 +252,21 @@ class RayBackend(Backend):
 
     def _normalizers(self):
         """The driver's copies of the running statistics, by checkpoint meta key."""
-        return self.trainer.parts.normalizers()
+        return self.ctx.parts.normalizers()
 
     # -- the run: the Trainer's template, with nodes instead of threads ---------
     def start(self):
-        self.trainer.t_start = time.perf_counter()
+        self.ctx.clock.start()
         self._last_sync = self._sync_totals()
         for s in self.slots:
-            s.pending_start = s.handle.start.remote(s.core_offset, int(self.trainer.shared.steps))
+            s.pending_start = s.handle.start.remote(s.core_offset, int(self.ctx.shared.steps))
         return None
 
     def running(self, handles) -> bool:
-        return not self.trainer.stop_event.is_set()
+        return not self.ctx.stop_event.is_set()
 
     def stop(self, handles):
-        if self.trainer.t_start is not None:
+        if self.ctx.clock.started:
             self._stop_nodes()
 
     def before_tick(self):
@@ -287,15 +287,16 @@ class RayBackend(Backend):
         result.ray = self.ray_summary()
 
     def failure(self, path):
-        who, text = self.trainer.errors[0]
+        errors = self.ctx.report.errors
+        who, text = errors[0]
         first = text.strip().splitlines()[-1] if text.strip() else ""
         if who == "shard":
             return ShardLost(f"{first}; the run stopped. Last checkpoint: {path or 'none written'}; "
-                             f"continue it with --resume {self.trainer.run_dir}", self.trainer.errors)
+                             f"continue it with --resume {self.ctx.run_dir}", errors)
         if who == "node-lost":
-            return NodeLost(f"{first}; last checkpoint: {path or 'none written'}", self.trainer.errors)
+            return NodeLost(f"{first}; last checkpoint: {path or 'none written'}", errors)
         what = f"{who} failed" if str(who).startswith("node") else f"{who}: {first}"
-        return TrainingError(f"{what}; last checkpoint: {path or 'none written'}", self.trainer.errors)
+        return TrainingError(f"{what}; last checkpoint: {path or 'none written'}", errors)
 
     def _guarded(self, fn, *args):
         """Run a checkpoint write; a dead shard stops the run (ShardLost) instead of raising."""
@@ -304,8 +305,8 @@ class RayBackend(Backend):
         except CheckpointError as e:
             if not self._shard_dead():
                 raise
-            self.trainer.errors.append(("shard", str(e)))
-            self.trainer.stop_event.set()
+            self.ctx.report.errors.append(("shard", str(e)))
+            self.ctx.stop_event.set()
 
     # -- node polling and faults ------------------------------------------------
     def _poll(self):
@@ -315,7 +316,7 @@ class RayBackend(Backend):
             if s.pending_start is not None:
                 self._check_start(s)
         live = [s for s in self.slots if s.status == "running"]
-        refs = [s.handle.poll.remote(int(self.trainer.shared.steps)) for s in live]
+        refs = [s.handle.poll.remote(int(self.ctx.shared.steps)) for s in live]
         for s, ref in zip(live, refs):
             try:
                 r = ray.get(ref, timeout=60)
@@ -335,25 +336,26 @@ class RayBackend(Backend):
         d_upd = r["updates"] - s.last["updates"]
         d_skip = r["skipped"] - s.last["skipped"]
         s.last = {"steps": r["steps"], "updates": r["updates"], "skipped": r["skipped"]}
+        shared, report = self.ctx.shared, self.ctx.report
         if d_steps:
-            self.trainer.shared.add_steps(d_steps)
+            shared.add_steps(d_steps)
         if d_upd:
-            self.trainer.shared.add_updates(d_upd)
+            shared.add_updates(d_upd)
         if d_skip:
-            self.trainer.shared.add_skipped_updates(d_skip)
+            shared.add_skipped_updates(d_skip)
         for wid, ret, length, end in r["episodes"]:
-            idx = self.trainer.shared.add_episodes(1)
-            self.trainer.on_episode(wid, ret, length, idx, end=end)
+            idx = shared.add_episodes(1)
+            report.on_episode(wid, ret, length, idx, end=end)
         for restart in r.get("restarts", ()):
-            self.trainer.env_restarted(*restart)
+            report.env_restarted(*restart)
         s.loss_now = np.asarray(r["losses"], np.float64)
         s.sync = r["sync"]
         s.consecutive_skips = r["consecutive_skips"]
         for kind, text in r["errors"]:
             entry = ("shard", text) if kind == "shard" else (f"node {s.index} ({kind})", text)
-            if entry not in self.trainer.errors:
-                self.trainer.errors.append(entry)
-            self.trainer.stop_event.set()
+            if entry not in report.errors:
+                report.errors.append(entry)
+            self.ctx.stop_event.set()
 
     def _node_lost(self, s, err):
         """A poll or start of node ``s`` failed: Ray is restarting it (or cannot)."""
@@ -368,16 +370,17 @@ class RayBackend(Backend):
             s.sync_retired[k] += s.sync.get(k, 0)
         s.sync = {"rounds": 0, "seconds": 0.0, "bytes": 0, "max_seconds": 0.0}
         s.last = {"steps": 0, "updates": 0, "skipped": 0}
+        ctx = self.ctx
         if s.restarts > self.opts.max_restarts:
-            self.trainer.errors.append(("node-lost", f"node {s.index} died {s.restarts} times; "
-                                f"max_restarts={self.opts.max_restarts} is used up"))
-            self.trainer.stop_event.set()
+            ctx.report.errors.append(("node-lost", f"node {s.index} died {s.restarts} times; "
+                                      f"max_restarts={self.opts.max_restarts} is used up"))
+            ctx.stop_event.set()
             return
-        if not self.trainer.cfg.quiet:
+        if not ctx.cfg.quiet:
             print(f"\nnode {s.index} lost ({type(err).__name__}); Ray restarts it and it rejoins "
                   f"from the global parameters (restart {s.restarts}/{self.opts.max_restarts})",
-                  file=self.trainer.out, flush=True)
-        s.pending_start = s.handle.start.remote(s.core_offset, int(self.trainer.shared.steps))
+                  file=ctx.report.out, flush=True)
+        s.pending_start = s.handle.start.remote(s.core_offset, int(ctx.shared.steps))
 
     def _check_start(self, s):
         import ray
@@ -385,26 +388,26 @@ class RayBackend(Backend):
         done, _ = ray.wait([s.pending_start], timeout=0)
         if not done:
             if s.lost_at is not None and time.perf_counter() - s.lost_at > self.opts.start_timeout:
-                self.trainer.errors.append(("node-lost", f"node {s.index} did not come back within "
-                                    f"{self.opts.start_timeout:g}s of its restart"))
-                self.trainer.stop_event.set()
+                self.ctx.report.errors.append(("node-lost", f"node {s.index} did not come back "
+                                               f"within {self.opts.start_timeout:g}s of its restart"))
+                self.ctx.stop_event.set()
             return
         ref, s.pending_start = s.pending_start, None
         try:
             ray.get(ref)
         except ray.exceptions.RayActorError as e:
             if s.status == "restarting":   # died again before it started: try again
-                s.pending_start = s.handle.start.remote(s.core_offset, int(self.trainer.shared.steps))
+                s.pending_start = s.handle.start.remote(s.core_offset, int(self.ctx.shared.steps))
             else:
                 self._node_lost(s, e)
             return
         except Exception as e:  # noqa: BLE001 - e.g. ShardFailure while joining
             text = str(e)
             kind = "shard" if "parameter server" in text else f"node {s.index}"
-            self.trainer.errors.append((kind, text))
-            self.trainer.stop_event.set()
+            self.ctx.report.errors.append((kind, text))
+            self.ctx.stop_event.set()
             return
-        s.running_since_steps = int(self.trainer.shared.steps)
+        s.running_since_steps = int(self.ctx.shared.steps)
         s.status = "running"
 
     def _shard_dead(self):
@@ -445,19 +448,20 @@ class RayBackend(Backend):
 
     def _log_sync(self, steps, now, before, dt):
         rounds = now[0] - before[0]
-        el = self.trainer.elapsed()
-        self.trainer.logger.scalar("ray/sync_rounds_per_s", rounds / dt, steps, el)
-        self.trainer.logger.scalar("ray/sync_mbytes_per_s", (now[2] - before[2]) / dt / 1e6, steps, el)
+        el = self.ctx.clock.elapsed()
+        log = self.ctx.report.logger
+        log.scalar("ray/sync_rounds_per_s", rounds / dt, steps, el)
+        log.scalar("ray/sync_mbytes_per_s", (now[2] - before[2]) / dt / 1e6, steps, el)
         if rounds > 0:
-            self.trainer.logger.scalar("ray/sync_ms", 1e3 * (now[1] - before[1]) / rounds, steps, el)
-        self.trainer.logger.scalar("ray/node_restarts", sum(s.restarts for s in self.slots), steps, el)
+            log.scalar("ray/sync_ms", 1e3 * (now[1] - before[1]) / rounds, steps, el)
+        log.scalar("ray/node_restarts", sum(s.restarts for s in self.slots), steps, el)
 
     def ray_summary(self):
         rounds, secs, nbytes = self._sync_totals()
         return {
             **dataclasses.asdict(self.opts), "hosts": getattr(self, "hosts", None),
             "ray_nodes": getattr(self, "ray_nodes", None),
-            "workers_per_node": self.trainer.n_workers,
+            "workers_per_node": self.ctx.n_workers,
             "node_restarts": [s.restarts for s in self.slots],
             "sync_rounds": rounds, "sync_bytes": nbytes,
             "sync_ms_mean": 1e3 * secs / rounds if rounds else None,
@@ -466,7 +470,7 @@ class RayBackend(Backend):
 
     # -- resources ----------------------------------------------------------------
     def live_steps(self) -> int:
-        return int(self.trainer.shared.steps)
+        return int(self.ctx.shared.steps)
 
     def closed(self):
         """After the trainer closed its envs: the actors, and Ray if this run started it."""

@@ -57,7 +57,7 @@ _DOOM1_IWADS = ("doom.wad", "doom1.wad", "freedoom1.wad")
 
 #: An env replaces its engine at the start of every this-many-th episode on it
 #: (:meth:`DoomEnv._recycle`): a ViZDoom engine's resident memory grows by
-#: about 230 bytes per episode, whatever the episode's length
+#: about 270 bytes per episode (doom:basic, 2026-12-05), whatever its length
 #: (docs/reliability.md, "Memory over a long run").
 ENGINE_RECYCLE_EPISODES = 10_000
 

@@ -35,7 +35,7 @@ Twins (kernel -> ref):
   ``ref.lstm_backward`` (input projection done outside with BLAS)
 * ``heads_loss``                      -> ``ref.dense_forward`` + ``ref.a3c_loss``
 * ``conv_act_s2d``, ``conv_act_rows``, ``dense_act_vec``, ``lstm_cell_vec``,
-  ``heads_vec`` and the fused ``doom_step`` / ``core_heads_step`` -> ref
+  ``heads_vec`` and the fused ``doom_step_packed`` / ``core_heads_step`` -> ref
   layers, batch 1;  ``all_finite`` -> ``np.isfinite(x).all()``.
 """
 from __future__ import annotations
@@ -496,56 +496,17 @@ def lstm_seq_backward(dhs__th, dhT__h, dcT__h, w_hh__gh, hs__th, cs__th, gates__
 
 
 @kernel
-def lstm_seq_backward_reset(dhs__th, dhT__h, dcT__h, w_hh__gh, hs__th, cs__th, cprev__th,
-                            reset__t, gates__tg, da__tg, dh0__h, dc0__h):
-    """:func:`lstm_seq_backward` over a rollout whose state was reset inside it
-    (it crosses episode boundaries).  ``cprev[t]`` is step t's input cell
-    state (``cs[t]`` except where ``reset[t]``); ``cs[t + 1]`` its output.
-    At a step with ``reset[t]`` the gradient wrt its input state belongs to
-    the reset (a constant), so nothing flows into step ``t - 1``: its
-    carried dh/dc restart at zero.  dh0/dc0 are those of step 0's input
-    (``reset[0]`` must be False).  Without resets (``cprev = cs[:T]``) the
-    arithmetic is :func:`lstm_seq_backward`'s, in the same order.
-    """
-    t_len, g4 = da__tg.shape
-    hd = g4 // 4
-    one = da__tg.dtype.type(1)
-    dh = dh0__h
-    dc = dc0__h
-    _copy_row(dhT__h, dh)
-    _copy_row(dcT__h, dc)
-    for t in range(t_len - 1, -1, -1):
-        for k in range(hd):
-            dht = dhs__th[t, k] + dh[k]
-            i = gates__tg[t, k]
-            f = gates__tg[t, hd + k]
-            g = gates__tg[t, 2 * hd + k]
-            o = gates__tg[t, 3 * hd + k]
-            tc = _tanh(cs__th[t + 1, k])
-            dct = dc[k] + dht * o * (one - tc * tc)
-            da__tg[t, k] = dct * g * i * (one - i)
-            da__tg[t, hd + k] = dct * cprev__th[t, k] * f * (one - f)
-            da__tg[t, 2 * hd + k] = dct * i * (one - g * g)
-            da__tg[t, 3 * hd + k] = dht * tc * o * (one - o)
-            dc[k] = dct * f
-        dh[:] = 0
-        if reset__t[t]:
-            dc[:] = 0
-        else:
-            _gemv_t_add(w_hh__gh, da__tg[t], dh)
-
-
-@kernel
 def lstm_rows_backward(dhs__rh, w_hh__gh, hs__rh, cs__rh, cprev__rh, reset__r, gates__rg,
                        da__rg, dh__kh, dc__kh):
     """BPTT over K sequences recorded time-major (the batched worker's
     rollout): row ``r = t*K + k`` is step t of sequence k, K = ``dh.shape[0]``.
     ``hs[r]``/``cprev[r]`` hold row r's input state, ``hs[r + K]``/``cs[r + K]``
     its output; at a row with ``reset[r]`` nothing flows into row ``r - K``
-    (its input state was a reset, a constant).  ``dh``/``dc`` ``(K, H)`` carry
-    each sequence's gradient and end as those of the input states of rows
-    0..K-1.  With K = 1 this is :func:`lstm_seq_backward_reset`'s arithmetic
-    in the same order."""
+    (its input state was a reset, a constant: the gradient wrt it belongs to
+    the reset).  ``dh``/``dc`` ``(K, H)`` carry each sequence's gradient and
+    end as those of the input states of rows 0..K-1.  With K = 1 and no
+    reset (``cprev = cs[:T]``) this is :func:`lstm_seq_backward`'s
+    arithmetic in the same order."""
     t_len, g4 = da__rg.shape
     hd = g4 // 4
     n_seq = dh__kh.shape[0]
@@ -1054,70 +1015,13 @@ def core_heads_step(feat__i, use_lstm, w_ih, w_hh, b_ih, b_hh, h__h, c__h,
 
 
 @kernel
-def _doom_forward(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
-                  c1w, c1b, s1, xs1, acc1, offs1, wtab1, y1, c2w, c2b, s2, cols2, y2, fcw, fcb,
-                  feat, act, use_lstm, w_ih, w_hh, b_ih, b_hh, gates__g, wp__ah, bp__a, wv__1h,
-                  bv__1):
-    _conv_act_s2d(obs__chw, c1w, c1b, s1, act, xs1, acc1, offs1, wtab1, y1)
-    _conv_act_rows_nopad(y1, c2w, c2b, s2, act, cols2, y2)
-    _dense_act_vec(y2.reshape(y2.size), fcw, fcb, act, feat)
-    if use_lstm:
-        _lstm_cell_vec(feat, h__h, c__h, w_ih, w_hh, b_ih, b_hh,
-                       gates__g, h_out__h, c_out__h)
-        return _heads_vec(h_out__h, wp__ah, bp__a, wv__1h, bv__1, probs__a)
-    return _heads_vec(feat, wp__ah, bp__a, wv__1h, bv__1, probs__a)
-
-
-@kernel
-def doom_step(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
-              c1w, c1b, s1, xs1, acc1, offs1, wtab1, y1, c2w, c2b, s2, cols2, y2, fcw, fcb,
-              feat, act, use_lstm, w_ih, w_hh, b_ih, b_hh, gates__g, wp__ah, bp__a, wv__1h,
-              bv__1):
-    """The whole conv-conv-dense(-LSTM)-heads forward for one frame, fused in
-    one GIL-free call (the network picks it when its layer list is exactly
-    that shape, conv1 with ``k % stride == 0`` and no padding).  Scratch:
-    xs1/acc1/offs1/wtab1 (``conv_s2d_shapes``), y1, cols2 (``conv_act_rows``
-    layout ``(OH*OW, C*kh*kw)``), y2, feat, gates.  conv1 (many pixels,
-    stride 4) runs by space-to-depth axpys, conv2 (81 pixels) by blocked dot
-    products: each the faster form for its shape.  Returns the value; probs
-    and (for LSTM) h_out/c_out are written.  A non-finite observation is
-    not run: the return value is then NaN and nothing is written."""
-    if not _all_finite(obs__chw):
-        return np.nan
-    return _doom_forward(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
-                         c1w, c1b, s1, xs1, acc1, offs1, wtab1, y1, c2w, c2b, s2, cols2, y2,
-                         fcw, fcb, feat, act, use_lstm, w_ih, w_hh, b_ih, b_hh, gates__g,
-                         wp__ah, bp__a, wv__1h, bv__1)
-
-
-@kernel
-def doom_step_rec(t, obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
-                  c1w, c1b, s1, xs1, acc1, offs1, wtab1, y1, c2w, c2b, s2, cols2, y2, fcw, fcb,
-                  feat, act, use_lstm, w_ih, w_hh, b_ih, b_hh, gates__g, wp__ah, bp__a, wv__1h,
-                  bv__1, obs__tchw, z1__ro, flat2__tn, fc__tn, gates__tg, hs__th, cs__th):
-    """:func:`doom_step` that also records rollout row ``t`` (what the
-    backward-only update reads): the observation ``obs__tchw[t]``, conv1's
-    activation as NHWC rows ``z1[t*P1:(t+1)*P1]`` ``(P1, O1)``, conv2's
-    channel-first flatten ``flat2[t]``, the fc output ``fc[t]``, and (LSTM)
-    the activated gates ``gates[t]`` (the gate scratch ``gates__g`` is then
-    unused), the input state ``hs[t]``/``cs[t]`` and the new one
-    ``hs[t+1]``/``cs[t+1]``.  Nothing is written for a non-finite obs (NaN
-    returned)."""
-    if not _all_finite(obs__chw):
-        return np.nan
-    value = _doom_forward(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a,
-                          c1w, c1b, s1, xs1, acc1, offs1, wtab1, y1, c2w, c2b, s2, cols2, y2,
-                          fcw, fcb, feat, act, use_lstm, w_ih, w_hh, b_ih, b_hh, gates__tg[t],
-                          wp__ah, bp__a, wv__1h, bv__1)
-    _doom_record(t, obs__chw, h__h, c__h, h_out__h, c_out__h, y1, y2, feat, use_lstm,
-                 obs__tchw, z1__ro, flat2__tn, fc__tn, hs__th, cs__th)
-    return value
-
-
-@kernel
 def _doom_record(t, obs__chw, h__h, c__h, h_out__h, c_out__h, y1, y2, feat, use_lstm,
                  obs__tchw, z1__ro, flat2__tn, fc__tn, hs__th, cs__th):
-    """Rollout row ``t`` of the fused step (see :func:`doom_step_rec`)."""
+    """Rollout row ``t`` of the fused step (see :func:`doom_step_rec_packed`):
+    the observation ``obs__tchw[t]``, conv1's activation as NHWC rows
+    ``z1[t*P1:(t+1)*P1]`` ``(P1, O1)``, conv2's channel-first flatten
+    ``flat2[t]``, the fc output ``fc[t]`` and (LSTM) the input state
+    ``hs[t]``/``cs[t]`` and the new one ``hs[t+1]``/``cs[t+1]``."""
     # flat element loops: numba's generic slice assignment is several times slower
     _copy_row(obs__chw.reshape(obs__chw.size), obs__tchw.reshape(obs__tchw.shape[0], -1)[t])
     o1, oh1, ow1 = y1.shape
@@ -1137,16 +1041,21 @@ def _doom_record(t, obs__chw, h__h, c__h, h_out__h, c_out__h, y1, y2, feat, use_
 
 
 # -- the fused step with packed static arguments -------------------------------
-# Numba's dispatcher types and unboxes every argument on every call (~0.2-0.3 us
-# per array, with the GIL held): doom_step_rec's 42 arguments cost ~10 us a
-# step.  The packed form passes the 22 float arrays of doom_step's static
-# arguments as views into two flat buffers (the network's params and one
-# scratch arena), described by an int64 table ``meta`` (row i: buffer 0 =
-# params / 1 = scratch, offset, 4 dims), and the four ints in ``ints``
-# (conv1 stride, conv2 stride, activation code, use_lstm).  The arithmetic
-# is doom_step's: the same inner kernels on the same arrays.
+# The whole conv-conv-dense(-LSTM)-heads forward for one frame, fused in one
+# GIL-free call (the network picks it when its layer list is exactly that
+# shape, conv1 with ``k % stride == 0`` and no padding): conv1 (many pixels,
+# stride 4) by space-to-depth axpys, conv2 (81 pixels) by blocked dot
+# products, each the faster form for its shape.  Numba's dispatcher types and
+# unboxes every argument on every call (~0.2-0.3 us per array, with the GIL
+# held), and the step's constant arguments are 27 (weight views, scratch,
+# strides; ``Network``'s static tuple): passed one by one they cost ~10 us a
+# step.  So the 22 float arrays among them are passed as views into two flat
+# buffers (the network's params and one scratch arena), described by an
+# int64 table ``meta`` (row i: buffer 0 = params / 1 = scratch, offset, 4
+# dims), and the four ints in ``ints`` (conv1 stride, conv2 stride,
+# activation code, use_lstm).
 
-#: positions in doom_step's static-argument tuple of the float arrays (packed
+#: positions in the network's static-argument tuple of the float arrays (packed
 #: through ``meta``), of the ints (``ints``) and of conv1's int64 offsets
 DOOM_STATIC_FLOATS = (0, 1, 3, 4, 6, 7, 8, 9, 11, 12, 13, 14, 15, 18, 19, 20, 21, 22, 23, 24,
                       25, 26)
@@ -1211,7 +1120,7 @@ def _pv4(params, scratch, meta, i):
 @kernel(inline="always")
 def _doom_packed_forward(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a, params, scratch,
                          offs1, meta, ints, gates__g):
-    """_doom_forward on the unpacked views; ``gates__g`` replaces the gate
+    """The fused forward on the packed views; ``gates__g`` is the gate
     scratch (the recording step passes its rollout row)."""
     act = ints[2]
     y1 = _pv3(params, scratch, meta, 5)
@@ -1237,7 +1146,9 @@ def _doom_packed_forward(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a, par
 @kernel
 def doom_step_packed(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a, params, scratch,
                      offs1, meta, ints):
-    """:func:`doom_step` with packed static arguments (see above)."""
+    """The fused forward of one frame (see above).  Returns the value; probs
+    and (for LSTM) h_out/c_out are written.  A non-finite observation is not
+    run: the return value is then NaN and nothing is written."""
     if not _all_finite(obs__chw):
         return np.nan
     return _doom_packed_forward(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a, params,
@@ -1248,7 +1159,10 @@ def doom_step_packed(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a, params,
 def doom_step_rec_packed(t, obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a, params,
                          scratch, offs1, meta, ints, obs__tchw, z1__ro, flat2__tn, fc__tn,
                          gates__tg, hs__th, cs__th):
-    """:func:`doom_step_rec` with packed static arguments (see above)."""
+    """:func:`doom_step_packed` that also records rollout row ``t`` (what the
+    backward-only update reads, :func:`_doom_record`) and, for LSTM, the
+    activated gates in ``gates[t]``.  Nothing is written for a non-finite
+    obs (NaN returned)."""
     if not _all_finite(obs__chw):
         return np.nan
     value = _doom_packed_forward(obs__chw, h__h, c__h, h_out__h, c_out__h, probs__a, params,
@@ -1452,14 +1366,14 @@ def dense_backward(fns, ints, dy__to, y__to, act, dz__to, db__o, x__ti, gw__oi, 
 
 
 @kernel
-def lstm_backward(fns, ints, dhs__th, zero__h, w_hh__gh, hs__th, cs__th, gates__tg, da__tg,
+def lstm_backward(fns, ints, dhs__th, w_hh__gh, hs__th, cs__th, gates__tg, da__tg,
                   dh0__h, dc0__h, resets, reset__t, hin__th, cin__th, hprev__th, cprev__th,
                   x__ti, w_ih__gi, gw_ih__gi, gw_hh__gh, gb_ih__g, gb_hh__g, want_dx, dx__ti,
                   dseq_h__kh, dseq_c__kh):
-    """``LSTM.backward``: BPTT over the recorded gates and cells (``resets``:
-    the rollout crosses an episode boundary, see ``lstm_seq_backward_reset``;
-    K = ``dseq_h.shape[0]`` > 1: K sequences time-major, see
-    ``lstm_rows_backward``, their carries in ``dseq_h``/``dseq_c``),
+    """``LSTM.backward``: BPTT over the recorded gates and cells by
+    ``lstm_rows_backward`` (K = ``dseq_h.shape[0]`` sequences time-major,
+    their carries in ``dseq_h``/``dseq_c``; with K = 1 they end in
+    ``dh0``/``dc0`` too; ``resets``: a row's input state was reset),
     then ``db_ih = db_hh = sum_t da``, ``dW_ih = da.T @ x``, ``dW_hh = da.T @
     h_prev`` and with ``want_dx`` ``dx = da @ W_ih``."""
     t_len, hd = hprev__th.shape
@@ -1476,14 +1390,13 @@ def lstm_backward(fns, ints, dhs__th, zero__h, w_hh__gh, hs__th, cs__th, gates__
         hprev, cprev = hprev__th, cprev__th
     else:
         hprev, cprev = hs__th[:t_len], cs__th[:t_len]
-    # without resets (no flag set, cprev = cs[:T]) this is lstm_seq_backward's
-    # arithmetic in the same order: one BPTT kernel to compile, not two
-    if dseq_h__kh.shape[0] > 1:
-        lstm_rows_backward(dhs__th, w_hh__gh, hs__th, cs__th, cprev, reset__t, gates__tg,
-                           da__tg, dseq_h__kh, dseq_c__kh)
-    else:
-        lstm_seq_backward_reset(dhs__th, zero__h, zero__h, w_hh__gh, hs__th, cs__th, cprev,
-                                reset__t, gates__tg, da__tg, dh0__h, dc0__h)
+    # one BPTT kernel for K sequences, resets or none (with K = 1 and no
+    # reset it is lstm_seq_backward's arithmetic in the same order)
+    lstm_rows_backward(dhs__th, w_hh__gh, hs__th, cs__th, cprev, reset__t, gates__tg,
+                       da__tg, dseq_h__kh, dseq_c__kh)
+    if dseq_h__kh.shape[0] == 1:
+        _copy_row(dseq_h__kh[0], dh0__h)
+        _copy_row(dseq_c__kh[0], dc0__h)
     g4 = da__tg.shape[1]
     for r in range(g4):
         gb_ih__g[r] = da__tg[0, r]

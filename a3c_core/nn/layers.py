@@ -482,9 +482,9 @@ class LSTM:
         """BPTT; dh0/dc0 land in ``ws['dh0']``/``ws['dc0']``.  ``resets``: the
         recorded rollout has steps whose input state was reset (``ws['reset']``
         rows, input states in ``ws['hin']``/``ws['cin']``): no gradient flows
-        across them (see :func:`~a3c_core.nn.kernels.lstm_seq_backward_reset`).
-        ``n_seq`` > 1: the rows are ``n_seq`` sequences time-major (row
-        ``t*n_seq + k``; :func:`~a3c_core.nn.kernels.lstm_rows_backward`)."""
+        across them.  ``n_seq`` > 1: the rows are ``n_seq`` sequences
+        time-major (row ``t*n_seq + k``).  Both go through
+        :func:`~a3c_core.nn.kernels.lstm_rows_backward`."""
         n = self.name
         da = ws["da"][:t_len]
         hs = ws["hs"][:t_len + n_seq]
@@ -497,13 +497,13 @@ class LSTM:
             cprev[...] = cs[:t_len]
             hprev[r] = ws["hin"][:t_len][r]
             cprev[r] = ws["cin"][:t_len][r]
-        if n_seq > 1:
+        if n_seq > 1 or resets:
             K.lstm_rows_backward(dhs, p[n + ".weight_hh"], hs, cs, cprev, r,
                                  ws["gates"][:t_len], da, ws["dseq_h"][:n_seq],
                                  ws["dseq_c"][:n_seq])
-        elif resets:
-            K.lstm_seq_backward_reset(dhs, ws["zero"], ws["zero"], p[n + ".weight_hh"], hs, cs,
-                                      cprev, r, ws["gates"][:t_len], da, ws["dh0"], ws["dc0"])
+            if n_seq == 1:
+                ws["dh0"][...] = ws["dseq_h"][0]
+                ws["dc0"][...] = ws["dseq_c"][0]
         else:
             hprev = hs[:t_len]
             K.lstm_seq_backward(dhs, ws["zero"], ws["zero"], p[n + ".weight_hh"], hs, cs,
@@ -533,7 +533,7 @@ class LSTM:
         dx2 = dx.reshape(t_len, self.n_in) if want_dx else x2
         resets = bool(resets) or n_seq > 1
         return [(K.lstm_backward, (
-            fns, ints, dhs, ws["zero"], p[n + ".weight_hh"], ws["hs"][:t_len + n_seq],
+            fns, ints, dhs, p[n + ".weight_hh"], ws["hs"][:t_len + n_seq],
             ws["cs"][:t_len + n_seq], ws["gates"][:t_len], ws["da"][:t_len], ws["dh0"],
             ws["dc0"], resets, (ws["reset"] if resets else ws["no_reset"])[:t_len],
             ws["hin"][:t_len], ws["cin"][:t_len], ws["hprev"][:t_len], ws["cprev"][:t_len], x2,

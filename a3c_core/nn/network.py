@@ -33,9 +33,8 @@ From an observation to an action: three routes, one per purpose
 
 The fused kernels' arguments have one owner, the :class:`Network`:
 :attr:`~Network.fused_packed` (constant: weight offsets into ``params``,
-scratch), :attr:`~Network.fused_rows` (the rollout's row arrays, rebuilt when
-the workspace grows) and :attr:`~Network.fused_static` (the unpacked form, for
-the tests).  :class:`Actor`, in this module,
+scratch) and :attr:`~Network.fused_rows` (the rollout's row arrays, rebuilt
+when the workspace grows).  :class:`Actor`, in this module,
 advances the network's recording cursor itself, as :meth:`Network.step`
 does: a method call per step would be Python work on the hottest path.
 
@@ -71,7 +70,7 @@ Execution:
 
 * ``step`` (batch 1, once per env step): when the encoder is exactly
   conv(k % stride == 0, no padding) -> conv -> dense (the doom specs) the
-  whole forward is ONE fused Numba call (``kernels.doom_step``); otherwise
+  whole forward is ONE fused Numba call (``kernels.doom_step_packed``); otherwise
   one nogil kernel per encoder layer (``conv_act_rows``, ``dense_act_vec``)
   plus one for LSTM + heads.  All read the live weight views (nothing goes
   stale when params change) and write preallocated scratch: a step allocates
@@ -93,7 +92,7 @@ Execution:
   ``step(obs, state, record=True)`` per env step stores that step's
   activations as row t of the same workspace (obs, conv outputs, fc
   output, LSTM gates and cells; the fused path records inside
-  ``kernels.doom_step_rec``), and ``rollout_grad(actions, returns,
+  ``kernels.doom_step_rec_packed``), and ``rollout_grad(actions, returns,
   advantages)`` runs the heads + loss and the backward only.  Within a
   rollout the params are fixed, so the recorded rows are the loss's
   forward: on the same rows the result is bit-for-bit ``loss_and_grad``'s
@@ -203,7 +202,8 @@ def build_layers(name, obs_shape, n_actions, kw):
 
 
 def _pack_doom_static(static, params):
-    """``doom_step``'s static arguments -> ``(params, scratch, offs1, meta, ints)``
+    """The fused step's static arguments (weight views, scratch, strides, in
+    :data:`~a3c_core.nn.kernels.DOOM_STATIC_FLOATS` order) -> ``(params, scratch, offs1, meta, ints)``
     for ``kernels.doom_step_packed`` (see there): every float array that is a
     contiguous view of ``params`` is addressed there; the others (scratch,
     the zero LSTM stand-ins of a feed-forward net) move into one new scratch
@@ -216,7 +216,7 @@ def _pack_doom_static(static, params):
     slots, size = [], 0
     for i, a in enumerate(floats):
         if a.dtype != params.dtype or not a.flags.c_contiguous or a.ndim > 4:
-            raise ValueError(f"doom_step static array {i} cannot be packed")
+            raise ValueError(f"fused step static array {i} cannot be packed")
         dims = tuple(a.shape) + (1,) * (4 - a.ndim)
         meta[i, 2:] = dims
         p0 = a.ctypes.data
@@ -234,7 +234,7 @@ def _pack_doom_static(static, params):
 
 
 def _fused_doom_step_fits(encoder):
-    """The layer list ``doom_step`` computes: conv (k % stride == 0, no
+    """The layer list the fused step computes: conv (k % stride == 0, no
     padding) -> conv (no padding) -> dense, same activation."""
     if len(encoder) != 3 or [L.kind for L in encoder] != ["conv", "conv", "dense"]:
         return False
@@ -277,9 +277,8 @@ class Network:
     The fused doom step's kernel arguments (None for other specs; read-only:
     the kernels' calls are built from them, see the module docstring):
 
-    * ``fused_static``: ``kernels.doom_step``'s constant arguments, one by one
-      (weight views, scratch, strides);
-    * ``fused_packed``: the same packed as ``(params, scratch, offs1, meta,
+    * ``fused_packed``: the fused step's constant arguments (weight views,
+      scratch, strides) packed as ``(params, scratch, offs1, meta,
       ints)`` for ``doom_step_packed``, ``doom_step_rec_packed`` and
       ``doom_act_packed`` (fewer arguments: less of Numba's dispatch, paid
       with the GIL held);
@@ -405,16 +404,16 @@ class Network:
             cols2 = np.empty((c2.n_pix, c2.n_col), dt)
             y2 = np.empty(c2.out_shape, dt)
             feat = np.empty(d.n_out, dt)
-            self.fused_static = (
+            static = (
                 p[c1.name + ".weight"], p[c1.name + ".bias"], c1.stride, np.empty(xs1, dt),
                 np.empty(acc1, dt), np.empty(offs1, np.int64), np.empty(wtab1, dt), y1,
                 p[c2.name + ".weight"], p[c2.name + ".bias"], c2.stride, cols2, y2,
                 p[d.name + ".weight"], p[d.name + ".bias"], feat, K.ACT_CODES[d.act],
                 self.recurrent, *lstm, self._gates1, *heads)
-            self.fused_packed = _pack_doom_static(self.fused_static, self._params)
+            self.fused_packed = _pack_doom_static(static, self._params)
             self._spare_static = None
         else:
-            self.fused_static = self.fused_packed = None
+            self.fused_packed = None
             self._step_chain = [L.step_call(p, dt) for L in self.encoder]
             self._core_static = (self.recurrent, *lstm)
             self._heads_static = heads
@@ -436,7 +435,7 @@ class Network:
 
     @property
     def fused_step(self) -> bool:
-        """True when ``step`` runs the one fused ``kernels.doom_step`` call."""
+        """True when ``step`` runs the one fused ``kernels.doom_step_packed`` call."""
         return self._fused
 
     @property

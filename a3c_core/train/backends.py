@@ -1,16 +1,19 @@
 """Where a run's workers run: the backend object a :class:`~a3c_core.train.trainer.Trainer`
-is given.
+is given, and the :class:`RunContext` the trainer gives it.
 
-The trainer owns the run (its parts, envs, monitor, logs and checkpoints) and
+The trainer owns the run (its parts, envs, report and checkpoints) and
 calls its backend at fixed points: :meth:`Backend.start` the workers, ask
 whether they are :meth:`~Backend.running`, :meth:`~Backend.stop` them, and
-read their counters.  :class:`ThreadBackend` runs them as threads of this
+read their counters.  What a backend needs of the run is passed to it in
+:meth:`Backend.bind` as a :class:`RunContext`; a backend reads nothing else
+of its trainer.  :class:`ThreadBackend` runs the workers as threads of this
 process (Hogwild on the shared arrays); :class:`~a3c_core.train.procs.ProcessBackend`
 as forked processes on shared memory; :class:`~a3c_core.distributed.driver.RayBackend`
 in Ray node actors.
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -21,7 +24,7 @@ import numpy as np
 from a3c_core.train.watchdog import kill_engines
 from a3c_core.train.store import LossStats
 
-__all__ = ["Backend", "ThreadBackend", "TrainingError"]
+__all__ = ["Backend", "RunContext", "ThreadBackend", "TrainingError"]
 
 
 class TrainingError(RuntimeError):
@@ -57,8 +60,71 @@ def join_all(threads, timeout=None):
     return [th for th in threads if th.is_alive()]
 
 
+@dataclasses.dataclass
+class RunContext:
+    """What a backend is given of its run (:meth:`Backend.bind`), and all it
+    reads of it.
+
+    ``cfg``: the run's :class:`~a3c_core.train.config.Config` (envs per
+    worker and t_max resolved); ``n_workers``; ``run_dir``; ``resumes``
+    (how many times the run was resumed: a Ray node's seeds);
+    ``plan``/``parts``: the run's :class:`~a3c_core.train.build.RunPlan`
+    and :class:`~a3c_core.train.build.RunParts` (the shared state, the
+    normalizers); ``store``: the in-process
+    :class:`~a3c_core.train.store.ThreadStore` (its ``record_episode``
+    counts and logs an episode); ``stop_event``: set when the run stops;
+    ``clock``: the :class:`~a3c_core.train.run_report.RunClock` (a backend
+    starts it as its workers start); ``env_slots``: this process's
+    :class:`~a3c_core.train.env_slots.EnvSlots`; ``report``: the
+    :class:`~a3c_core.train.run_report.RunReport` (``errors``, ``logger``,
+    ``out``, ``on_episode``, ``env_restarted``, ``worker_restarted``,
+    ``write_error_log``); ``make_worker(wid, store=None,
+    on_env_restart=None)`` and ``warm_up()``: the trainer's
+    :meth:`~a3c_core.train.trainer.Trainer.make_worker` and
+    :meth:`~a3c_core.train.trainer.Trainer.warm_up`.
+    """
+
+    cfg: object
+    n_workers: int
+    run_dir: str
+    resumes: int
+    plan: object
+    parts: object
+    store: object
+    stop_event: threading.Event
+    clock: object
+    env_slots: object
+    report: object
+    make_worker: object
+    warm_up: object
+
+    @property
+    def shared(self):
+        """The run's :class:`~a3c_core.core.SharedState` (``parts.shared``)."""
+        return self.parts.shared
+
+
 class Backend:
-    """The hooks a trainer calls; :meth:`bind` gives the backend its trainer."""
+    """The hooks a trainer calls; :meth:`bind` gives the backend its
+    :class:`RunContext` (:attr:`ctx`), which is all a backend reads of the
+    run.  Of the :class:`~a3c_core.train.trainer.Trainer` a backend uses no
+    attribute: only its ``make_worker`` and ``warm_up`` methods, passed in
+    the context.  What each backend reads of the context:
+
+    * this class: ``n_workers``, ``shared``, ``store``, ``clock``,
+      ``report.errors`` and ``report.write_error_log``;
+    * :class:`ThreadBackend`: also ``cfg``, ``stop_event``, ``env_slots``,
+      ``make_worker`` and ``warm_up``;
+    * :class:`~a3c_core.train.procs.ProcessBackend`: also ``cfg``,
+      ``stop_event``, ``env_slots``, ``make_worker``, ``warm_up``,
+      ``parts``, ``run_dir`` and ``report``'s ``logger``, ``out``,
+      ``env_restarted`` and ``worker_restarted``;
+    * :class:`~a3c_core.distributed.driver.RayBackend`: ``cfg``,
+      ``n_workers``, ``run_dir``, ``resumes``, ``plan``, ``parts``,
+      ``shared``, ``stop_event``, ``clock``, ``env_slots`` (to close env 0)
+      and ``report``'s ``errors``, ``logger``, ``out``, ``on_episode`` and
+      ``env_restarted`` (its nodes build their own workers).
+    """
 
     #: the run line's name of the backend
     name = "workers"
@@ -71,19 +137,19 @@ class Backend:
 
     def __init__(self, why: str = ""):
         self.why = why          #: why this backend was chosen (the run line)
-        self.trainer = None
+        self.ctx = None         #: the run's RunContext (from bind)
         self.workers = []
         #: workers that did not stop (stuck in a call even after their engines
         #: were killed): their envs are left to the process's exit
         self.stuck = []
 
-    def bind(self, trainer) -> None:
-        self.trainer = trainer
-        self.workers = [None] * trainer.n_workers
+    def bind(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.workers = [None] * ctx.n_workers
 
     def describe(self) -> str:
         """``"2 worker threads (2 workers < 8: threads start faster)"``."""
-        n = self.trainer.n_workers if self.trainer is not None else 0
+        n = self.ctx.n_workers if self.ctx is not None else 0
         return f"{n} {self.name}" + (f" ({self.why})" if self.why else "")
 
     # -- life cycle ---------------------------------------------------------
@@ -94,7 +160,7 @@ class Backend:
         """The run directory and its config.toml exist."""
 
     def start(self):
-        """Start the workers and the trainer's clock; returns what :meth:`running` takes."""
+        """Start the workers and the run's clock; returns what :meth:`running` takes."""
         raise NotImplementedError
 
     def running(self, handles) -> bool:
@@ -121,7 +187,7 @@ class Backend:
         return fn(*args)
 
     def before_save(self, which) -> None:
-        """Bring the trainer's copy of the global state up to date for a checkpoint."""
+        """Bring this process's copy of the global state up to date for a checkpoint."""
 
     def extend_result(self, result) -> None:
         """Add backend-specific fields to the result before ``summary.json``."""
@@ -129,27 +195,26 @@ class Backend:
     def failure(self, path) -> TrainingError:
         """The run's error: one line naming what failed and why; worker tracebacks
         go to ``RUN_DIR/errors.log`` (the line says so)."""
-        t = self.trainer
-        who, text = t.errors[0]
+        report = self.ctx.report
+        who, text = report.errors[0]
         last = text.strip().splitlines()[-1] if text.strip() else "unknown error"
         if isinstance(who, int):
-            log = t.write_error_log()
+            log = report.write_error_log()
             what = f"worker {who} failed: {last} (traceback in {log})"
         else:
             what = f"{who}: {last}"
-        return TrainingError(f"{what}; last checkpoint: {path or 'none written'}", t.errors)
+        return TrainingError(f"{what}; last checkpoint: {path or 'none written'}", report.errors)
 
     def episode_stamp(self) -> tuple:
         """``(global step, wall seconds)`` of the episode being recorded."""
-        t = self.trainer
-        return int(t.shared.steps), t.elapsed()
+        return int(self.ctx.shared.steps), self.ctx.clock.elapsed()
 
     # -- counters ---------------------------------------------------------------
     def live_steps(self) -> int:
-        return int(self.trainer.shared.steps)
+        return int(self.ctx.shared.steps)
 
     def consecutive_skips(self) -> int:
-        return self.trainer.store.consecutive_skips
+        return self.ctx.store.consecutive_skips
 
     def worker_updates(self) -> list:
         """Updates applied or skipped by each worker so far (0 for one not built yet)."""
@@ -166,15 +231,15 @@ class Backend:
         return np.sum(arrs, axis=0) if arrs else np.zeros(len(LossStats.FIELDS))
 
 
-def step_watchdog(trainer, workers):
-    """The run's :class:`~a3c_core.train.watchdog.StepWatchdog` over
-    ``workers()`` (started; inert with ``env_step_timeout`` 0)."""
+def step_watchdog(timeout, workers):
+    """A :class:`~a3c_core.train.watchdog.StepWatchdog` over ``workers()``
+    with the run's ``env_step_timeout`` (started; inert with 0)."""
     from a3c_core.train.watchdog import StepWatchdog
 
     def report(line):
         print(line, file=sys.stderr, flush=True)
 
-    return StepWatchdog(workers, trainer.cfg.env_step_timeout, report).start()
+    return StepWatchdog(workers, timeout, report).start()
 
 
 class ThreadBackend(Backend):
@@ -192,42 +257,41 @@ class ThreadBackend(Backend):
     _watchdog = None
 
     def start(self):
-        t = self.trainer
-        t.start_envs_beside()
-        t.warm_up()
+        ctx = self.ctx
+        ctx.env_slots.start_beside()
+        ctx.warm_up()
         threads = [threading.Thread(target=self._worker_main, args=(i,), daemon=True,
-                                    name=f"a3c-worker-{i}") for i in range(t.n_workers)]
-        t.t_start = time.perf_counter()
+                                    name=f"a3c-worker-{i}") for i in range(ctx.n_workers)]
+        ctx.clock.start()
         for th in threads:
             th.start()
-        self._watchdog = step_watchdog(t, lambda: self.workers)
+        self._watchdog = step_watchdog(ctx.cfg.env_step_timeout, lambda: self.workers)
         return threads
 
     def _worker_main(self, wid):
-        t = self.trainer
+        ctx = self.ctx
         try:
-            t.pin_worker(wid)
-            w = self.workers[wid] = t.make_worker(wid)
-            w.run(t.stop_event, t.cfg.total_steps)
+            ctx.env_slots.pin_worker(wid)
+            w = self.workers[wid] = ctx.make_worker(wid)
+            w.run(ctx.stop_event, ctx.cfg.total_steps)
         except BaseException:  # noqa: BLE001 - surfaced by the main thread
-            t.errors.append((wid, traceback.format_exc()))
-            t.stop_event.set()
+            ctx.report.errors.append((wid, traceback.format_exc()))
+            ctx.stop_event.set()
 
     def running(self, threads) -> bool:
         # once the run stops, the monitor hands over to stop(): its wait is
         # bounded, a worker stuck in an env call would hold this loop forever
-        return not self.trainer.stop_event.is_set() and any(th.is_alive() for th in threads)
+        return not self.ctx.stop_event.is_set() and any(th.is_alive() for th in threads)
 
     def stop(self, threads) -> None:
         threads = threads or []
         left = join_all(threads, STOP_GRACE)
         if left:
-            t = self.trainer
-            K = t.cfg.envs_per_worker
+            K = self.ctx.cfg.envs_per_worker
             for i, th in enumerate(threads):
                 if th.is_alive():
                     w = self.workers[i]
-                    envs = w.envs if w is not None else t.envs[i * K:(i + 1) * K]
+                    envs = w.envs if w is not None else self.ctx.env_slots.envs[i * K:(i + 1) * K]
                     killed = kill_engines(envs)
                     print(f"worker {i} did not stop within {STOP_GRACE:g} s (stuck in an env "
                           f"call?): {killed} engine{'s' * (killed != 1)} killed", file=sys.stderr,

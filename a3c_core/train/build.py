@@ -24,8 +24,14 @@ from a3c_core.core import SharedState, make_optimizer
 from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer
 from a3c_core.nn.network import build_network
 from a3c_core.obs import ObsPipeline, estimate_image_norm
-from a3c_core.train.config import Config, ConfigError, Resolved, resolve, rollout_defaults
+from a3c_core.train.config import (OPTIMIZER, REMOVED_FIELDS, Config, ConfigError, Resolved,
+                                   resolve, rollout_defaults)
 from a3c_core.train.worker import RolloutSettings
+
+#: frames of random play ``obs_norm`` measures its mean frame and spread on
+OBS_NORM_FRAMES = 2000
+#: samples the advantages' running RMS averages over (docs/defaults.md)
+ADVANTAGE_HORIZON = 20_000.0
 
 __all__ = ["RunPlan", "RunParts", "plan_run", "build_parts", "restore_checkpoint",
            "worker_offset", "seed_of", "new_network"]
@@ -66,14 +72,14 @@ class RunParts:
 
 
 def _measure_image_norm(cfg: Config, env, pipe) -> dict:
-    """The mean frame and spread of ``cfg.obs_norm_frames`` frames of random
+    """The mean frame and spread of :data:`OBS_NORM_FRAMES` frames of random
     play in ``env`` (seeded from the run's seed; the workers reset it)."""
     rng = np.random.default_rng((cfg.seed, 0x0B5))
     n_act = int(env.n_actions)
 
     def frames():
         obs = env.reset()
-        for _ in range(cfg.obs_norm_frames):
+        for _ in range(OBS_NORM_FRAMES):
             yield pipe(obs)
             obs, _, term, trunc = env.step(int(rng.integers(n_act)))
             if term or trunc:
@@ -83,10 +89,8 @@ def _measure_image_norm(cfg: Config, env, pipe) -> dict:
 
 
 def _opt_kwargs(cfg: Config, r: Resolved, lr: float) -> dict:
-    anneal = dict(anneal_steps=r.anneal_steps, anneal_floor=cfg.lr_anneal_floor)
-    if cfg.optimizer == "rmsprop":
-        return dict(lr=lr, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps, **anneal)
-    return dict(lr=lr, amsgrad=r.amsgrad, **anneal)         # adam
+    return dict(lr=lr, amsgrad=r.amsgrad, anneal_steps=r.anneal_steps,
+                anneal_floor=cfg.lr_anneal_floor)
 
 
 def _settings(cfg: Config, r: Resolved) -> RolloutSettings:
@@ -195,14 +199,14 @@ def plan_run(cfg: Config, env, ckpt=None) -> RunPlan:
     # a resumed run keeps the learning rate it trained with unless the config
     # names one (lr 0 = the default, which a newer version may have changed)
     lr = r.lr
-    if ckpt is not None and cfg.lr == 0 and ckpt.meta.get("optimizer") == cfg.optimizer:
+    if ckpt is not None and cfg.lr == 0 and ckpt.meta.get("optimizer") == OPTIMIZER:
         saved = (ckpt.meta.get("optimizer_scalars") or {}).get("lr")
         if isinstance(saved, (int, float)) and 0.0 < saved <= 1.0:   # else corrupt: the default
             lr = float(saved)
             notes.append(f"lr {saved:g} as trained (--lr to change it)")
     # and its anneal, on or off, where the config leaves it unset (a run saved
     # before config.toml held the resolved value: see Config.pinned)
-    if ckpt is not None and cfg.lr_anneal is None and ckpt.meta.get("optimizer") == cfg.optimizer:
+    if ckpt is not None and cfg.lr_anneal is None and ckpt.meta.get("optimizer") == OPTIMIZER:
         saved = (ckpt.meta.get("optimizer_scalars") or {}).get("anneal_steps")
         if isinstance(saved, int) and not isinstance(saved, bool) and saved >= 0 \
                 and (saved > 0) != (r.anneal_steps > 0):
@@ -261,7 +265,7 @@ def build_parts(plan: RunPlan, restore: dict | None = None) -> RunParts:
     "normalizers": {meta key: state}}`` to start from (a Ray node's copy)."""
     cfg = plan.cfg
     net = new_network(plan)
-    opt = make_optimizer(cfg.optimizer, net.n_params, **plan.opt_kwargs)
+    opt = make_optimizer(OPTIMIZER, net.n_params, **plan.opt_kwargs)
     restore = restore or {}
     if restore.get("optimizer") is not None:
         opt.load_state_dict(restore["optimizer"])
@@ -269,7 +273,7 @@ def build_parts(plan: RunPlan, restore: dict | None = None) -> RunParts:
         plan=plan, shared=SharedState(net.params, opt),
         normalizer=(None if plan.resolved.reward_scale is not None
                     else ReturnNormalizer(cfg.gamma)),
-        adv_normalizer=(AdvantageNormalizer(horizon=cfg.advantage_horizon or None)
+        adv_normalizer=(AdvantageNormalizer(horizon=ADVANTAGE_HORIZON)
                         if plan.resolved.normalize_advantages else None))
     for key, norm in parts.normalizers().items():
         state = (restore.get("normalizers") or {}).get(key)
@@ -282,10 +286,10 @@ def restore_checkpoint(parts: RunParts, ckpt) -> None:
     """Load ``ckpt``'s parameters, optimizer statistics, counters and
     normalizers into ``parts`` (CheckpointError when they do not fit)."""
     cfg = parts.plan.cfg
-    if ckpt.meta.get("optimizer") != cfg.optimizer:
+    if ckpt.meta.get("optimizer") != OPTIMIZER:
         raise CheckpointError(
-            f"checkpoint {ckpt.path} used optimizer {ckpt.meta.get('optimizer')!r}, "
-            f"the config asks for {cfg.optimizer!r}")
+            f"checkpoint {ckpt.path} used optimizer {ckpt.meta.get('optimizer')!r}, which was "
+            f"removed ({REMOVED_FIELDS['optimizer']}): it cannot resume; start a new run")
     # statistics and step counts come from the checkpoint; hyperparameters
     # (lr, alpha, eps, betas) from the config, so a resume may change them.
     # So do the anneal's horizon and floor: with --lr-anneal-steps 0 the

@@ -16,7 +16,6 @@ import sys
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
-from a3c_core.core.optim import OPTIMIZERS
 from a3c_core.envs import unknown_id_error
 from a3c_core.envs.doom import ACTION_SETS, VIEWS
 from a3c_core.envs.families import FAMILIES, EnvFamily, UnknownEnvId, family_of
@@ -50,13 +49,19 @@ REMOVED_FIELDS = {
     "exploration": "the RND bonus cost 1.23x the learner's time per agent step and helped in no "
                    "measured case (doom:my_way_home: first on one seed, last on the other)",
     "exploration_scale": "the weight of the removed RND bonus (exploration)",
+    "optimizer": "Adam is the one optimizer: RMSProp (the A3C paper's) did not improve "
+                 "doom:basic within 300k steps and no run measured a use for it or for SGD",
+    "rmsprop_alpha": "a setting of the removed RMSProp optimizer (optimizer)",
+    "rmsprop_eps": "a setting of the removed RMSProp optimizer (optimizer)",
+    "obs_norm_frames": "obs_norm measures on 2,000 frames of random play; no run measured "
+                       "another count",
+    "advantage_horizon": "the advantages' running RMS averages over 20,000 samples; no run "
+                         "measured another horizon",
 }
 
-#: optimizers earlier versions had, and why each went: a saved run that trained
-#: with one cannot resume (its optimizer state has no counterpart)
-REMOVED_OPTIMIZERS = {
-    "sgd": "no run measured a use for plain SGD",
-}
+#: the shared optimizer (Adam with shared moments); a checkpoint of a run
+#: that trained with another (rmsprop, sgd) cannot resume
+OPTIMIZER = "adam"
 
 #: what a run saved before a field existed trained with, by field: a saved
 #: config (``Config.from_dict(saved_run=True)``, what ``--resume`` reads) that
@@ -113,7 +118,6 @@ _RANGES = {
     "envs_per_worker": (1, 64),
     "t_max": (1, 10_000),
     "merge_below": (0.0, 1e9),
-    "obs_norm_frames": (1, 1_000_000),
     "lstm_size": (1, 8192),
     "frame_size": (8, 512),
     "frame_skip": (1, 64),
@@ -137,7 +141,6 @@ _RANGES = {
     "worker_restarts": (0, 10**6),
     "env_step_timeout": (0.0, 7 * 86400.0),
     "repeat_action_probability": (0.0, 1.0),
-    "advantage_horizon": (0.0, 1e12),
     "health_reward": (0.0, 1000.0),
     "ammo_reward": (0.0, 1000.0),
 }
@@ -158,24 +161,19 @@ class Config:
     gamma: float = _f(0.99, "discount factor, in [0, 1]")
     gae_lambda: Optional[float] = _f(None, "GAE lambda, in [0, 1] (default: the family's, 1.0 = n-step returns as in the A3C paper; 0.95 on doom:defend_the_line)")
     truncation_bootstrap: Optional[bool] = _f(None, "bootstrap from V(s_T) when a time limit cuts an episode (default: the env family's; off for doom)")
-    optimizer: str = _f("adam", "shared optimizer: adam (shared moments) or rmsprop (the A3C paper's, shared statistics)")
     lr: float = _f(0.0, "learning rate, in [0, 1] (0 = the family's default for the optimizer and network; a resumed run keeps its own)")
     lr_anneal: Optional[bool] = _f(None, "anneal lr linearly to lr x lr_anneal_floor over lr_anneal_steps, then hold (default: the family's; on for doom-lstm, off on doom:defend_the_line and doom:my_way_home)")
     lr_anneal_steps: int = _f(1_000_000, "agent steps the anneal lasts, whatever the run's budget (0 = total_steps)")
     lr_anneal_floor: float = _f(0.1, "where the anneal ends, as a fraction of lr, in [0, 1]")
-    rmsprop_alpha: float = _f(0.99, "RMSProp decay of the shared squared-gradient statistics, in [0, 1)")
-    rmsprop_eps: float = _f(0.1, "RMSProp epsilon (inside the square root, as in the A3C paper), > 0")
     adam_amsgrad: Optional[bool] = _f(None, "Adam: AMSGrad (default: the family's; on for the vector specs)")
     entropy_beta: Optional[float] = _f(None, "entropy bonus coefficient, in [0, 10] (default: the family's, 0.01)")
     value_coef: float = _f(0.5, "value-loss coefficient, in [0, 1000]")
     max_grad_norm: float = _f(40.0, "global gradient-norm clip (0 = no clipping)")
     reward_scale: Optional[float] = _f(None, "multiply rewards by this fixed factor; 0 = divide them by the running std of the discounted return (default: 0; 1 on doom:my_way_home)")
     normalize_advantages: Optional[bool] = _f(None, "divide advantages by their running RMS (default: the family's; off for Atari and doom:my_way_home)")
-    advantage_horizon: float = _f(20_000.0, "samples the advantages' running RMS averages over (0 = the whole run)")
     merge_below: float = _f(8.0, "a worker whose last 1,000 episodes average fewer steps than this lets a rollout run on into the next episode until it holds t_max / 2 steps (0 = off: every rollout ends with its episode, as in the A3C paper)")
     self_imitation: Optional[bool] = _f(None, "self-imitation learning (Oh et al. 2018): each worker keeps its best whole episodes and replays them, learning from the steps whose return beat the value (default: the scenario's; on for doom:deadly_corridor, else off)")
     obs_norm: Optional[bool] = _f(None, "normalize image frames by a mean frame and std measured on random play (default: the family's; on for doom and Atari)")
-    obs_norm_frames: int = _f(2000, "frames of random play obs_norm measures on")
     reward_clip: Optional[float] = _f(None, "clip raw rewards to [-reward_clip, reward_clip] for learning (default: the family's; 1 for Atari, 0 = off)")
     total_steps: int = _f(300_000, "stop after this many agent steps (0 = no limit)")
     total_seconds: float = _f(0.0, "stop after this many seconds of training (0 = no limit)")
@@ -279,20 +277,8 @@ class Config:
                 bad("hidden", "must be comma-separated integers in [1, 65536], e.g. 64,64")
         if not 0.0 <= self.gamma <= 1.0:
             bad("gamma", "must be in [0, 1]")
-        if 0.0 < self.advantage_horizon < 1.0:
-            bad("advantage_horizon", "must be 0 (the whole run) or >= 1 sample")
         if self.gae_lambda is not None and not 0.0 <= self.gae_lambda <= 1.0:
             bad("gae_lambda", "must be in [0, 1]")
-        if self.optimizer in REMOVED_OPTIMIZERS:
-            bad("optimizer", f"this optimizer was removed ({REMOVED_OPTIMIZERS[self.optimizer]}); "
-                f"choose one of {', '.join(OPTIMIZERS)} (a run that trained with it cannot "
-                "resume: start a new one)")
-        if self.optimizer not in OPTIMIZERS:
-            bad("optimizer", f"unknown optimizer; choose one of {', '.join(OPTIMIZERS)}")
-        if not 0.0 <= self.rmsprop_alpha < 1.0:
-            bad("rmsprop_alpha", "must be in [0, 1)")
-        if self.rmsprop_eps <= 0:
-            bad("rmsprop_eps", "must be > 0")
         if self.lr_anneal and self.lr_anneal_steps == 0 and self.total_steps == 0:
             bad("lr_anneal", "with lr_anneal_steps 0 anneals over total_steps, which is 0 "
                 "(no limit): set --lr-anneal-steps or --total-steps")
@@ -314,9 +300,7 @@ class Config:
                     gae_lambda=r.gae_lambda, lr_anneal=r.anneal_steps > 0,
                     frame_skip=r.env_args["frame_skip"],
                     reward_scale=r.reward_scale or 0.0, frame_size=r.frame_size,
-                    self_imitation=r.self_imitation)
-        if self.optimizer == "adam":
-            vals["adam_amsgrad"] = r.amsgrad
+                    self_imitation=r.self_imitation, adam_amsgrad=r.amsgrad)
         vals.update((k, r.env_args[k]) for k in self.family().options if k in r.env_args)
         return self.replace(**{k: v for k, v in vals.items()
                                if getattr(self, k) is None and v is not None})
@@ -386,9 +370,6 @@ class Config:
         return dataclasses.replace(self, **changes).validate()
 
 
-#: Adam's rate comes from the env family's record (:class:`~a3c_core.envs.families.Tuning`);
-#: RMSProp's is the A3C paper's
-DEFAULT_LR = {"rmsprop": 7e-4}
 #: from this many workers, worker processes are the default on Linux.  doom:basic
 #: on a 16-core Xeon (a3c bench end-to-end rows): 1 worker 983 steps/s as a thread,
 #: 880 as a process; 8 workers 5,228 against 6,151; 16 workers 6,674 against 10,924
@@ -503,10 +484,9 @@ def resolve(cfg: Config, obs_kind: str = "image") -> Resolved:
                                                                 else "doom-lstm")
     tuning = d.tuning_for(spec)
     pick = (lambda value, default: default if value is None else value)
-    adam = cfg.optimizer == "adam"
-    lr = cfg.lr if cfg.lr > 0 else (scaled_lr(tuning.adam_lr, cfg) if adam
-                                    else DEFAULT_LR[cfg.optimizer])
-    anneals = pick(cfg.lr_anneal, adam and tuning.lr_anneal)
+    # Adam's rate comes from the env family's record (:class:`~a3c_core.envs.families.Tuning`)
+    lr = cfg.lr if cfg.lr > 0 else scaled_lr(tuning.adam_lr, cfg)
+    anneals = pick(cfg.lr_anneal, tuning.lr_anneal)
     merge_below = float(cfg.merge_below)
     n = cfg.n_workers()
     processes, why = backend_choice(cfg)

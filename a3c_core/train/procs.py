@@ -256,29 +256,29 @@ class ProcessBackend(Backend):
         self._conns = {}          # read end -> worker id
         self._block = None
         self._reported = set()    # worker ids whose failure is in the trainer's errors
-        self._lock = self._pstop = self._ctx = None
+        self._lock = self._pstop = self._mpctx = None
         self._engines = {}        # worker id -> [(pid, start time)] of its engines, env processes
         self.restarts = 0         # worker processes restarted in this run
 
     def prepare(self):
         # env 0 was started by the trainer (the env id checked, the frame
         # statistics measured); each worker process starts its own envs
-        t = self.trainer
-        t.close_envs()
-        t.new_env_slots()
+        slots = self.ctx.env_slots
+        slots.close()
+        slots.reset()
 
     # -- the shared block ---------------------------------------------------
     def _share(self):
-        t = self.trainer
-        sh, opt = t.shared, t.shared.optimizer
+        ctx = self.ctx
+        sh, opt = ctx.shared, ctx.shared.optimizer
         n = sh.n_params
         specs = [("scalars", (N_SCALARS,), np.int64),
-                 ("losses", (t.n_workers, len(LossStats.FIELDS)), np.float64),
-                 ("merging", (t.n_workers,), np.int64),     # -1: not updating yet
+                 ("losses", (ctx.n_workers, len(LossStats.FIELDS)), np.float64),
+                 ("merging", (ctx.n_workers,), np.int64),     # -1: not updating yet
                  ("params", (n,), sh.params.dtype)]
         specs += [("opt." + a, (n,), getattr(opt, a).dtype) for a in opt.array_names]
-        norms = [(k, m) for k, m in (("rn", t.normalizer), ("an", t.adv_normalizer))
-                 if m is not None]
+        norms = [(k, m) for k, m in (("rn", ctx.parts.normalizer),
+                                     ("an", ctx.parts.adv_normalizer)) if m is not None]
         specs += [(k + ".stats", m.stats.shape, m.stats.dtype) for k, m in norms]
         b = self._block = SharedBlock(specs)
         b.move(sh, "params", "params")
@@ -296,39 +296,37 @@ class ProcessBackend(Backend):
         logs and checkpoints read these)."""
         if self._block is None:
             return
-        t = self.trainer
-        s, sh = self._block["scalars"], t.shared
+        s, sh = self._block["scalars"], self.ctx.shared
         sh.steps, sh.updates, sh.skipped_updates = int(s[S_STEPS]), int(s[S_UPDATES]), int(s[S_SKIPPED])
         opt = sh.optimizer
         if hasattr(opt, "step"):
             opt.step = int(s[S_OPT_STEP])
-        t.store.consecutive_skips = int(s[S_CONSEC])
+        self.ctx.store.consecutive_skips = int(s[S_CONSEC])
 
     # -- the backend's hooks ------------------------------------------------------
     def start(self):
-        t = self.trainer
-        t.warm_up()
+        self.ctx.warm_up()
         self._share()
-        ctx = self._ctx = mp.get_context("fork")
-        self._lock, self._pstop = ctx.Lock(), ctx.Event()
-        t.t_start = time.perf_counter()
-        for wid in range(t.n_workers):
+        mpctx = self._mpctx = mp.get_context("fork")
+        self._lock, self._pstop = mpctx.Lock(), mpctx.Event()
+        self.ctx.clock.start()
+        for wid in range(self.ctx.n_workers):
             self._procs.append(self._fork(wid))
         return self._procs
 
     def _fork(self, wid, restart=0):
         """Fork worker ``wid``'s process (``restart``: how many times it was
         restarted so far, 0 at the start)."""
-        t = self.trainer
-        if t.logger is not None:
-            t.logger.flush()     # no buffered row is copied into the children
-        for out in (t.out, sys.stdout, sys.stderr):     # nor buffered output
+        report = self.ctx.report
+        if report.logger is not None:
+            report.logger.flush()     # no buffered row is copied into the children
+        for out in (report.out, sys.stdout, sys.stderr):     # nor buffered output
             try:
                 out.flush()
             except (AttributeError, OSError, ValueError):
                 pass
-        r, w = self._ctx.Pipe(duplex=False)
-        p = self._ctx.Process(target=self._child_main, args=(wid, w, restart), daemon=True,
+        r, w = self._mpctx.Pipe(duplex=False)
+        p = self._mpctx.Process(target=self._child_main, args=(wid, w, restart), daemon=True,
                               name=f"a3c-worker-{wid}")
         p.start()
         w.close()
@@ -339,7 +337,7 @@ class ProcessBackend(Backend):
         """(In a worker process) what its death would leave behind:
         ``([(pid, start time)] of its engines and env processes, [the
         runtime dirs of its ViZDoom envs]])``."""
-        dirs = [d for d in (getattr(e, "work_dir", None) for e in self.trainer.envs) if d]
+        dirs = [d for d in (getattr(e, "work_dir", None) for e in self.ctx.env_slots.envs) if d]
         return _own_children(), dirs
 
     def _clean_up_after(self, wid) -> int:
@@ -351,7 +349,7 @@ class ProcessBackend(Backend):
         if dirs:
             from a3c_core.envs import remove_runtime_dir
 
-            runtime = os.path.join(self.trainer.run_dir, "vizdoom")
+            runtime = os.path.join(self.ctx.run_dir, "vizdoom")
             for d in dirs:
                 remove_runtime_dir(d, runtime)
         return killed
@@ -366,13 +364,13 @@ class ProcessBackend(Backend):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         _die_with_parent()
-        t = self.trainer
+        ctx = self.ctx
         for r in self._conns:                  # the earlier workers' pipes: not ours
             r.close()
         watchdog = None
         try:
-            t.pin_worker(wid)
-            store = ProcStore(t.shared, t.normalizer, t.adv_normalizer,
+            ctx.env_slots.pin_worker(wid)
+            store = ProcStore(ctx.shared, ctx.parts.normalizer, ctx.parts.adv_normalizer,
                               self._block["scalars"], self._lock, conn)
 
             def restarted(wid, k, summary, text, count, limit):
@@ -380,15 +378,15 @@ class ProcessBackend(Backend):
                 conn.send(("restart", wid, k, summary, text, count, limit))
                 conn.send(("engines", wid) + self._left_behind())     # the new engine's
 
-            w = t.make_worker(wid, store, on_env_restart=restarted)
+            w = ctx.make_worker(wid, store, on_env_restart=restarted)
             conn.send(("engines", wid) + self._left_behind())   # cleaned up if this process dies
             rows, merging = self._block["losses"], self._block["merging"]
             if restart:     # a restarted worker's counters go on from its predecessor's
                 for f, v in zip(LossStats.FIELDS, rows[wid]):
                     setattr(w.stats, f, float(v))
-            stop, total = self._pstop, t.cfg.total_steps
+            stop, total = self._pstop, ctx.cfg.total_steps
             w.stopping = stop
-            watchdog = step_watchdog(t, lambda: [w])     # this process's one worker
+            watchdog = step_watchdog(ctx.cfg.env_step_timeout, lambda: [w])     # its one worker
             with flush_denormals():         # as Worker.run does (a3c_core._fpenv)
                 while not stop.is_set():
                     if total and store.steps >= total:
@@ -407,14 +405,14 @@ class ProcessBackend(Backend):
         finally:
             if watchdog is not None:
                 watchdog.stop()
-            t.close_envs()
+            ctx.env_slots.close()
 
     def _drain(self, timeout=0.0):
         """Take in what the workers sent: episodes (counted and logged here),
         failures, their last words."""
         if not self._conns:
             return
-        t = self.trainer
+        ctx = self.ctx
         episodes = []
         for r in mpc.wait(list(self._conns), timeout):
             wid = self._conns[r]
@@ -424,13 +422,13 @@ class ProcessBackend(Backend):
                     if msg[0] == "episode":
                         episodes.append(msg)
                     elif msg[0] == "restart":
-                        t.env_restarted(*msg[1:])
+                        ctx.report.env_restarted(*msg[1:])
                     elif msg[0] == "engines":
                         self._engines[wid] = msg[2:]
                     elif msg[0] == "error":
                         self._reported.add(wid)
-                        t.errors.append((wid, msg[2]))
-                        t.stop_event.set()
+                        ctx.report.errors.append((wid, msg[2]))
+                        ctx.stop_event.set()
             except (EOFError, OSError, ValueError, pickle.UnpicklingError):
                 # EOF: the worker ended; anything else: a message cut short by its death
                 del self._conns[r]
@@ -438,21 +436,20 @@ class ProcessBackend(Backend):
         episodes.sort(key=lambda m: m[5])       # the workers' episodes in the order they ended
         for _, wid, ret, length, step, when, end in episodes:
             self._ended = step, when
-            t.store.record_episode(wid, ret, length, end=end)
+            ctx.store.record_episode(wid, ret, length, end=end)
 
     def episode_stamp(self):
         """The step and time the worker sent with the episode being recorded."""
-        t = self.trainer
         step, when = self._ended
-        return step, t.wall_offset + when - t.t_start
+        return step, self.ctx.clock.at(when)
 
     def before_tick(self):
         self._drain()
         self._mirror()
 
     def running(self, procs) -> bool:
-        t = self.trainer
-        if t.stop_event.is_set():
+        stop_event = self.ctx.stop_event
+        if stop_event.is_set():
             self._pstop.set()
         alive = False
         for wid, p in enumerate(procs):
@@ -465,12 +462,12 @@ class ProcessBackend(Backend):
                         alive = True
                         continue
                     self._reported.add(wid)
-                    t.stop_event.set()
+                    stop_event.set()
                     self._pstop.set()
                     free_lock(self._lock)     # the others can then stop at once
         # once the run stops, stop() takes over (bounded: a worker process
         # stuck in an env call is killed after STOP_TIMEOUT)
-        return alive and not t.stop_event.is_set()
+        return alive and not stop_event.is_set()
 
     def _shared_finite(self) -> bool:
         """The shared parameters, optimizer statistics and normalizer
@@ -491,30 +488,31 @@ class ProcessBackend(Backend):
         (True), or put its death in the trainer's errors (False: the
         restarts are used up, the run is stopping, or the shared state is
         no longer finite)."""
-        t = self.trainer
+        ctx = self.ctx
+        errors = ctx.report.errors
         how = describe_exit(p.exitcode)
         died = f"worker process {wid} (pid {p.pid}) died: {how}"
-        limit = int(getattr(t.cfg, "worker_restarts", 0))
+        limit = int(getattr(ctx.cfg, "worker_restarts", 0))
         # its engines and env processes: gone with it (their guards), or killed here
         reaped = self._clean_up_after(wid)
-        if t.stop_event.is_set() or self._pstop.is_set():
-            t.errors.append((wid, died))
+        if ctx.stop_event.is_set() or self._pstop.is_set():
+            errors.append((wid, died))
             return False
         if self.restarts >= limit:
             if limit:
                 died += (f"; not restarted: the run's {limit} worker restart"
                          f"{'s' * (limit > 1)} are used up (--worker-restarts)")
-            t.errors.append((wid, died))
+            errors.append((wid, died))
             return False
         free_lock(self._lock)     # it may have died holding it
         if not self._shared_finite():
-            t.errors.append((wid, died + "; not restarted: the shared parameters or "
-                                         "optimizer statistics are no longer finite (NaN/inf)"))
+            errors.append((wid, died + "; not restarted: the shared parameters or "
+                                       "optimizer statistics are no longer finite (NaN/inf)"))
             return False
         self.restarts += 1
-        gen = t.worker_generation[wid] = t.worker_generation[wid] + 1
+        gen = ctx.env_slots.next_generation(wid)
         procs[wid] = self._fork(wid, restart=gen)
-        t.worker_restarted(wid, p.pid, how, procs[wid].pid, self.restarts, limit, reaped)
+        ctx.report.worker_restarted(wid, p.pid, how, procs[wid].pid, self.restarts, limit, reaped)
         return True
 
     def stop(self, procs):
@@ -547,7 +545,7 @@ class ProcessBackend(Backend):
 
     def worker_updates(self) -> list:
         if self._block is None:
-            return [0] * self.trainer.n_workers
+            return [0] * self.ctx.n_workers
         rows = self._block["losses"]
         return [int(u + k) for u, k in zip(rows[:, 4], rows[:, 5])]
 

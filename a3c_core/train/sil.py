@@ -8,8 +8,8 @@ episode runs from the zero LSTM state through a fork of the worker's
 network; where its return R beats the value V, the A3C loss with returns
 max(R, V), advantages max(R - V, 0) (scaled as the rollout's are) and no
 entropy term, applied through the worker's store like a rollout's update.
-The worker calls :meth:`record` after each update and :meth:`replay` with
-the rows it played.
+The worker calls :meth:`record_envs` after each update and :meth:`replay`
+with the rows it played.
 """
 from __future__ import annotations
 
@@ -83,6 +83,20 @@ class SelfImitation:
             elif b0 in ends:
                 self._close(k)
             a0 = b0
+
+    def record_envs(self, obs, actions, raw, n, segs, dropped):
+        """A rollout of ``n`` ticks to :meth:`record`, env by env: ``obs``
+        (the network's recorded input rows), ``actions`` and ``raw`` (the raw
+        rewards) time-major (row ``t*K + k``); ``segs[k]`` env k's segments
+        ``(end tick, bootstrap, ended)``, ``dropped[k]`` the ends of its
+        episodes that a failed step dropped."""
+        K = len(self.open)
+        rows = obs.reshape((n, K) + obs.shape[1:])
+        acts = actions[:n * K].reshape(n, K)
+        raw = raw[:n * K].reshape(n, K)
+        for k in range(K):
+            ends = [end for end, _, ended in segs[k] if ended]
+            self.record(k, rows[:, k], acts[:, k], raw[:, k], ends, dropped[k])
 
     def _close(self, k):
         chunks = self.open[k]

@@ -2,9 +2,10 @@
 
 One thread per process that runs workers (the trainer's, a worker
 process's, a Ray node's), not one per step: every ``period`` seconds it
-reads each worker's ``step_began`` (``perf_counter()`` when its current env
-call began, 0.0 when it is in none; :class:`~a3c_core.train.worker.Worker`
-sets it around every ``step`` and ``reset``) and ``step_env``.  A call
+reads each worker's env guard (``worker.guard``, an
+:class:`~a3c_core.train.env_guard.EnvGuard`, which times every ``step`` and
+``reset``): ``step_began`` (``perf_counter()`` when the current env call
+began, 0.0 when there is none) and ``step_env``.  A call
 older than its bound, ``max(timeout, factor x the worker's median step)``,
 is a hang: the watchdog kills that env's engine (:func:`kill_engine`: a
 ViZDoom engine process, an env's child process), so that the call raises,
@@ -69,7 +70,7 @@ class StepWatchdog:
 
     def bound(self, w) -> float:
         """The seconds an env call of worker ``w`` may take."""
-        med = w.step_median() if hasattr(w, "step_median") else None
+        med = w.guard.step_median()
         return max(self.timeout, self.factor * med) if med else self.timeout
 
     def check(self, now=None) -> list:
@@ -80,11 +81,12 @@ class StepWatchdog:
         for w in list(self.workers() or ()):
             if w is None:
                 continue
-            began = w.step_began
+            g = w.guard
+            began = g.step_began
             if not began or now - began <= self.timeout:
                 continue
-            k = w.step_env
-            if w.step_began != began:       # the call ended meanwhile
+            k = g.step_env
+            if g.step_began != began:       # the call ended meanwhile
                 continue
             key = (id(w), began)
             if key in self._done:
@@ -94,15 +96,14 @@ class StepWatchdog:
             if took <= bound:
                 continue
             self._done.add(key)
-            envs = getattr(w, "envs", ())
-            env = envs[k] if k < len(envs) else None
-            w.hang_notes[k] = (f"the step watchdog killed its engine: an env call had taken "
+            env = g.envs[k] if k < len(g.envs) else None
+            g.hang_notes[k] = (f"the step watchdog killed its engine: an env call had taken "
                                f"{took:.1f} s (bound {bound:.1f} s)")
             killed = env is not None and kill_engine(env)
             if killed:
                 self.kills += 1
             else:
-                w.hang_notes.pop(k, None)
+                g.hang_notes.pop(k, None)
                 if self.report is not None:
                     self.report(f"warning: worker {w.wid}: env {k}'s call has taken {took:.0f} s "
                                 f"(bound {bound:.1f} s, --env-step-timeout) and the env has no "

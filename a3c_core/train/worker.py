@@ -18,72 +18,57 @@ One rollout (:meth:`Worker.rollout`), the algorithm in one place:
    gradient flows across the reset (a per-row mask).  With K = 1 the step
    is one compiled call (``Network.actor``), and a rollout ends with its
    episode as in the paper, unless the worker's episodes are short
-   (``merge_below``: then it runs on into the next episode up to
-   ``t_max // 2`` steps);
+   (``merge_below``, :mod:`a3c_core.train.merge`: then it runs on into the
+   next episode up to ``t_max // 2`` steps);
 3. each segment (a part of an env's episode) bootstraps from V(s) of its
    last observation when it was cut by ``t_max`` (or by a time limit with
    ``truncation_bootstrap``), from 0 after a terminal state;
-4. returns and GAE advantages per segment (``core.targets``, one compiled
-   call), then ONE backward over the ``T x K`` rows (``Network.rollout_grad``,
+4. returns and GAE advantages per segment (:mod:`a3c_core.train.segments`:
+   the rewards clipped and scaled, one compiled ``core.targets`` call),
+   then ONE backward over the ``T x K`` rows (``Network.rollout_grad``,
    BPTT per env, GEMMs over all rows), then one clipped Hogwild
-   ``store.apply``.
+   ``store.apply`` (:meth:`Worker._apply_update`).
 
 The update is the sum of the K envs' rollout gradients
 (tests/test_batched_rollout.py, tests/test_envs_per_worker.py).
 Self-imitation (``self_imitation``) is a component
 (:mod:`a3c_core.train.sil`) fed after each update.
 
-Env restarts (``remake_env``): an env whose ``step`` or ``reset`` raises
-(a crashed ViZDoom engine, a dead env process, any exception) is closed
-and rebuilt in place by ``remake_env(k)`` (the same id, options and seed),
-then reset; up to ``env_restarts`` times in any hour (a sliding window),
-after which the exception propagates as it does without a factory.  The
-row's episode is dropped (not reported), that row's LSTM state restarts at
-zeros and the other K - 1 rows are not touched.  The rows it played in this
-rollout still count: the ones before the failed step form a segment cut as
-``t_max`` cuts one, bootstrapped from V(s_t) (the value the tick's forward
-recorded for the observation the failed step was given); the failed step's
-own row, which has no outcome, is a one-row segment whose return is its own
-value (reward 0, bootstrap V(s_t) / gamma): no advantage and no value
-error, so it adds no gradient beyond its entropy term.  Each restart is
-counted (``LossStats.env_restarts``) and reported to ``on_env_restart``.
-While a worker is inside an env call, ``step_began`` holds when the call
-began (``perf_counter``; 0 otherwise) and ``step_env`` which env it is:
-the step watchdog (:mod:`a3c_core.train.watchdog`) reads them.
+The env calls go through an :class:`~a3c_core.train.env_guard.EnvGuard`
+(:mod:`a3c_core.train.env_guard`, ``worker.guard``): it times them for the
+step watchdog (:mod:`a3c_core.train.watchdog`) and owns the restart policy
+(``remake_env``): an env whose ``step`` or ``reset`` raises (a crashed
+ViZDoom engine, a dead env process, any exception) is rebuilt in place, up
+to ``env_restarts`` times in any hour, after which the exception
+propagates as it does without a factory.  What a failure does to the
+rollout is the worker's: the row's episode is dropped (not reported), that
+row's LSTM state restarts at zeros and the other K - 1 rows are not
+touched.  The rows it played in this rollout still count: the ones before
+the failed step form a segment cut as ``t_max`` cuts one, bootstrapped from
+V(s_t) (the value the tick's forward recorded for the observation the
+failed step was given); the failed step's own row, which has no outcome,
+is a one-row segment whose return is its own value (reward 0, bootstrap
+V(s_t) / gamma): no advantage and no value error, so it adds no gradient
+beyond its entropy term.
 """
 from __future__ import annotations
 
-import collections
 import threading
-import time
-import traceback
-from contextlib import nullcontext
 from time import perf_counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from a3c_core._fpenv import flush_denormals
-from a3c_core.core import gae
-from a3c_core.core.normalize import clip_into, running_returns, scale_clip_into
-from a3c_core.core.targets import BAD_ADVANTAGES, BAD_RETURNS, rollout_targets
-from a3c_core.sampling import sample_categorical, sample_rows
+from a3c_core.sampling import UniformBlocks, sample_categorical, sample_rows
+from a3c_core.train.env_guard import RESTART_WINDOW, EnvGuard, RolloutAborted
+from a3c_core.train.merge import MergeSwitch
+from a3c_core.train.segments import SegmentTargets
 from a3c_core.train.sil import SelfImitation
-from a3c_core.train.store import NO_STATS, LossStats, Store, ThreadStore
+from a3c_core.train.store import LossStats, Store, ThreadStore
 
 __all__ = ["RolloutSettings", "LossStats", "Store", "ThreadStore", "Worker", "RolloutAborted",
            "RESTART_WINDOW"]
-
-#: seconds of the sliding window ``env_restarts`` counts in (one hour)
-RESTART_WINDOW = 3600.0
-
-#: step durations kept per worker for the watchdog's median (a ring)
-STEP_RING = 256
-
-
-class RolloutAborted(Exception):
-    """An env call failed while the worker is stopping (the run's shutdown
-    killed a stuck engine): :meth:`Worker.run` returns quietly."""
 
 
 @dataclass(frozen=True)
@@ -135,15 +120,13 @@ class Worker:
             ``net.step``; the same results).
         fused_targets: the targets in one compiled call where the store
             exposes its normalizers' arrays (the same results).
-        remake_env: ``remake_env(k) -> Env``, a new env ``k`` (the same id,
-            options and seed) for one whose ``step`` or ``reset`` raised
-            (see the module docstring); None: the exception propagates.
-        env_restarts: the restarts allowed per :data:`RESTART_WINDOW`
-            seconds; the next failure propagates.
-        on_env_restart: ``on_env_restart(wid, k, summary, text, count,
-            limit)`` after each restart: a one-line summary, the
-            traceback, the restarts in the window so far and the limit.
+        remake_env, env_restarts, on_env_restart: the restart policy, the
+            :class:`~a3c_core.train.env_guard.EnvGuard`'s ``remake_env``,
+            ``limit`` (per :data:`RESTART_WINDOW` seconds) and ``on_restart``.
     """
+
+    #: rollouts' worth of uniforms drawn per rng call (:class:`~a3c_core.sampling.UniformBlocks`)
+    UNIFORM_BLOCK = 64
 
     def __init__(self, wid, env, net, pipeline, store, settings, rng, *, offset=0,
                  fused_act=True, fused_targets=True, remake_env=None, env_restarts=3,
@@ -163,48 +146,28 @@ class Worker:
         self.rng = rng
         self.offset = int(offset)
         self.stats = LossStats()
+        #: the envs' calls and restarts (``guard.envs`` is ``self.envs``)
+        self.guard = EnvGuard(wid, envs, self.stats, remake_env, env_restarts, on_env_restart)
         T = s.t_max
-        self._rows = R = T * K
+        R = T * K
         obs_shape = tuple(pipeline.net_obs_shape)
         # rollout rows, time-major (row t*K + k: tick t of env k)
         self.actions = np.zeros(R, np.int64)
         self.values = np.zeros(R, np.float32)
         self.raw_rewards = np.zeros(R, np.float64)
-        # env-major copies for the targets (segments are contiguous there)
-        self._raw_em = np.zeros(R, np.float64)
-        self._val_em = np.zeros(R, np.float32)
-        self.rewards = np.zeros(R, np.float32)     # learning rewards, env-major
-        self._clip_buf = np.zeros(R, np.float64)
-        self._seg_end = np.zeros(R, np.int64)
-        self._seg_boot = np.zeros(R, np.float64)
-        self._seg_ended = np.zeros(R, np.bool_)
-        self._seg_acc = np.zeros(R, np.float64)
-        self._seg_raw = np.zeros(R, np.float64)
-        self._rets_buf = np.zeros(R, np.float64)
-        self._adv64_buf = np.zeros(R, np.float64)
-        self._ret = np.zeros(R, np.float32)
-        self._adv = np.zeros(R, np.float32)
-        self._ret_tm = np.zeros(R, np.float32)
-        self._adv_tm = np.zeros(R, np.float32)
-        self._stats = store.target_stats() if fused_targets else None
-        self._targets_lock = getattr(store, "targets_lock", None) or nullcontext()
-        if self._stats is not None and (s.reward_scale is None) != (self._stats[0].size > 0):
-            self._stats = None          # settings and store disagree: the separate path's errors
-        if self._stats is not None and s.normalize_advantages and self._stats[2].size == 0:
-            self._stats = None
+        #: returns and advantages per segment, the learning rewards, the running returns
+        self.targets = SegmentTargets(s, store, K, fused_targets)
         # K = 1: one compiled call per step (Network.actor) where the network has one
         self.actor = (net.actor(pipeline, self.actions, self.values)
                       if K == 1 and fused_act and hasattr(net, "actor") else None)
-        self._u_buf = np.empty(0)
-        self._u_pos = 0
-        self._u_rng = None
+        #: the rollouts' uniforms for the sampler: ``uniforms.take(rng)``
+        self.uniforms = UniformBlocks(R, self.UNIFORM_BLOCK)
         # per env: the raw frame the next tick preprocesses (None: its input
         # is already in obs_buf[0] / _next_obs[k]), the episode's figures
         self._frames = [None] * K
         self._started = [False] * K
         self.ep_returns = [0.0] * K
         self.ep_lengths = [0] * K
-        self._ret_acc = [0.0] * K          # running discounted return (normalizer)
         #: K = 1: the LSTM state (h, c) the next rollout starts from; K > 1:
         #: ``(h, c)`` of ``(K, H)`` rows
         self.state = None
@@ -213,47 +176,28 @@ class Worker:
         self._next_obs = np.zeros((K,) + obs_shape, net.dtype)     # K > 1: bootstrap inputs
         self._has_next = False
         self._reset = np.zeros(K, np.bool_)
-        self._u_tick = np.zeros(K, np.float64)
         self._a_tick = np.zeros(K, np.int64)
         self._fused_sync = bool(getattr(store, "syncs_on_apply", False))
         self._fresh = False
         self.sil = (SelfImitation(net, s, store.target_stats(), K, rng, self.stats)
                     if s.self_imitation else None)
-        self._lengths = np.zeros(max(int(s.merge_window), 1), np.int64)
-        self._n_lengths = 0
-        self._len_sum = 0
         #: K = 1: rollouts run on into the next episode (merge_below's switch)
         self.merging = False
-        # -- env restarts and the step watchdog's view -------------------------
-        self.remake_env = remake_env
-        self.env_restarts = int(env_restarts)
-        self.on_env_restart = on_env_restart
-        self._restart_times = collections.deque()
-        #: set while the worker is stopping (``run``'s event, or the caller's):
-        #: an env that fails then is not rebuilt (:class:`RolloutAborted`)
-        self.stopping = None
-        #: ``perf_counter()`` when the current env call began (0.0: none)
-        self.step_began = 0.0
-        #: the env of that call
-        self.step_env = 0
-        #: recent step durations (a ring of STEP_RING), for the watchdog's median
-        self.step_times = [0.0] * STEP_RING
-        self.n_step_times = 0
-        #: why the watchdog killed env k's engine, for the restart's report
-        self.hang_notes = {}
+        self.switch = MergeSwitch(s.merge_below, s.t_max, s.merge_window)
 
-    # -- compatibility views (K = 1) ----------------------------------------
     @property
     def env(self):
+        """Env 0 (K = 1: the worker's env)."""
         return self.envs[0]
 
     @property
-    def ep_return(self):
-        return self.ep_returns[0]
+    def stopping(self):
+        """The stop event while the worker stops (:attr:`EnvGuard.stopping`)."""
+        return self.guard.stopping
 
-    @property
-    def ep_length(self):
-        return self.ep_lengths[0]
+    @stopping.setter
+    def stopping(self, event):
+        self.guard.stopping = event
 
     def sil_keep(self, obs, actions, raw_rewards) -> bool:
         """Offer a finished episode to self-imitation (:meth:`SelfImitation.keep`)."""
@@ -266,22 +210,7 @@ class Worker:
         if self.sil is not None:
             self.sil.replay(n_played, self._apply_grads)
 
-    #: rollouts' worth of uniforms drawn per rng call
-    UNIFORM_BLOCK = 64
-
-    def _uniforms(self):
-        """The rollout's ``t_max * K`` uniforms (row order): the next values
-        of one ``rng.random`` stream, drawn UNIFORM_BLOCK rollouts at a time."""
-        R = self._rows
-        pos = self._u_pos
-        if pos + R > self._u_buf.shape[0] or self._u_rng is not self.rng:
-            self._u_rng = self.rng
-            self._u_buf = self.rng.random(R * self.UNIFORM_BLOCK)
-            pos = 0
-        self._u_pos = pos + R
-        return self._u_buf[pos:pos + R]
-
-    # -- episodes -----------------------------------------------------------
+    # -- episodes and env failures ----------------------------------------------
     def _episode_over(self, k):
         """Env ``k``'s step ended its episode: report the whole game when it
         is over (a life loss that ends the learning episode keeps
@@ -293,73 +222,26 @@ class Worker:
             self.store.record_episode(self.wid, score, self.ep_lengths[k],
                                       end=getattr(env, "episode_end", None))
             if self.s.merge_below > 0:
-                self._track_length(self.ep_lengths[k])
+                self.merging = self.switch.update(self.ep_lengths[k], self.merging)
             self.ep_returns[k], self.ep_lengths[k] = 0.0, 0
-        self._ret_acc[k] = 0.0
         return self._reset_env(k)
 
-    # -- env restarts -------------------------------------------------------
+    def mean_episode_length(self):
+        """Mean length of the episodes in the switch's window (None before one ended)."""
+        return self.switch.mean()
+
     def _reset_env(self, k):
-        """``envs[k].reset()``, watched; an env whose reset raises is rebuilt
-        (:meth:`_restart`) and the new one's first frame returned."""
-        self.step_env = k
-        self.step_began = perf_counter()
+        """``envs[k].reset()``; an env whose reset raises is rebuilt."""
         try:
-            frame = self.envs[k].reset()
+            return self.guard.reset(k)
         except Exception as exc:  # noqa: BLE001 - any failure of the env: rebuilt or raised
-            self.step_began = 0.0
-            return self._restart(k, exc, "reset")
-        self.step_began = 0.0
-        return frame
+            return self._rebuild(k, exc, "reset")
 
-    def _count_restart(self, k, exc, during):
-        """Count one restart of env ``k`` and report it, or raise: ``exc``
-        itself without a factory or past the limit, :class:`RolloutAborted`
-        while the worker stops."""
-        if self.stopping is not None and self.stopping.is_set():
-            raise RolloutAborted(f"env {k} of worker {self.wid} failed while stopping") from exc
-        if self.remake_env is None:
-            raise exc
-        now = time.monotonic()
-        window = self._restart_times
-        while window and now - window[0] > RESTART_WINDOW:
-            window.popleft()
-        if len(window) >= self.env_restarts:
-            raise exc
-        window.append(now)
-        self.stats.env_restarts += 1
-        hang = self.hang_notes.pop(k, None)
-        what = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
-        summary = f"its {during} raised {what}"
-        if hang:
-            summary = f"{hang}; {summary}"
-        if self.on_env_restart is not None:
-            text = "".join(traceback.format_exception(exc))
-            if hang:
-                text = f"{hang}\n{text}"
-            self.on_env_restart(self.wid, k, summary, text, len(window), self.env_restarts)
-
-    def _restart(self, k, exc, during):
-        """Env ``k``'s ``step`` or ``reset`` raised ``exc``: close it (best
-        effort), build a new one with ``remake_env(k)`` and reset it; returns
-        its first frame.  A failure while rebuilding counts as another
-        restart.  The episode's figures restart at zero (it is not reported)."""
-        while True:
-            self._count_restart(k, exc, during)
-            try:
-                self.envs[k].close()
-            except Exception:  # noqa: BLE001 - a crashed engine may not close cleanly
-                pass
-            try:
-                env = self.remake_env(k)
-                self.envs[k] = env
-                frame = env.reset()
-            except Exception as e:  # noqa: BLE001 - counted as one more restart
-                exc, during = e, "restart"
-                continue
-            break
+    def _rebuild(self, k, exc, during):
+        """Env ``k`` failed: a new env (:meth:`EnvGuard.restart`), its first
+        frame returned; the dropped episode's figures restart at zero."""
+        frame = self.guard.restart(k, exc, during)
         self.ep_returns[k], self.ep_lengths[k] = 0.0, 0
-        self._ret_acc[k] = 0.0
         return frame
 
     def _step_failed(self, k, t, exc, segs, dropped):
@@ -367,42 +249,16 @@ class Worker:
         (module docstring: the rows before it bootstrap from V(s_t); the
         failed row is a one-row segment whose return is its own value), drop
         its episode and rebuild the env; returns the new env's first frame."""
-        v = float(self.values[t * self.n_envs + k])
+        i = t * self.n_envs + k
+        self.raw_rewards[i] = 0.0
+        v = float(self.values[i])
         start = segs[k][-1][0] if segs[k] else 0
         if t > start:
             segs[k].append((t, v, False))
         gamma = float(self.s.gamma)
         segs[k].append((t + 1, v / gamma if gamma > 0 else 0.0, True))
         dropped[k].append(t + 1)
-        return self._restart(k, exc, "step")
-
-    def step_median(self):
-        """The median of the worker's recent env step durations (None before 16)."""
-        n = min(self.n_step_times, STEP_RING)
-        if n < 16:
-            return None
-        return float(np.median(np.asarray(self.step_times[:n])))
-
-    def _track_length(self, length):
-        """``merge_below``'s switch: the mean length of the last ``merge_window``
-        episodes turns merging on below ``merge_below`` and off above ``t_max``."""
-        buf = self._lengths
-        i = self._n_lengths % len(buf)
-        self._len_sum += int(length) - int(buf[i])
-        buf[i] = length
-        self._n_lengths += 1
-        if self._n_lengths < len(buf):
-            return
-        mean = self._len_sum / len(buf)
-        if mean < self.s.merge_below:
-            self.merging = True
-        elif mean > self.s.t_max:
-            self.merging = False
-
-    def mean_episode_length(self):
-        """Mean length of the episodes in the switch's window (None before one ended)."""
-        k = min(self._n_lengths, len(self._lengths))
-        return self._len_sum / k if k else None
+        return self._rebuild(k, exc, "step")
 
     # -- one tick's forward ---------------------------------------------------
     def _forward(self, t, u, state, reset):
@@ -443,29 +299,52 @@ class Worker:
         self.actions[r0:r0 + K] = acts
         return acts
 
-    def _bootstrap_values(self, state):
-        """V(s) of every env's pending observation from ``state`` (K > 1):
-        the frames are preprocessed into ``_next_obs``, where the next
-        rollout's first tick takes them from."""
-        for k in range(self.n_envs):
-            self.pipe(self._frames[k], self._next_obs[k])
-            self._frames[k] = None
+    def _bootstrap(self, n, segs, ended_last):
+        """Step 3 for the segments still open after ``n`` ticks: each
+        bootstraps from V(s_n) of its env's pending observation (K > 1:
+        preprocessed into ``_next_obs``, where the next rollout's first tick
+        takes it from); keeps the state the next rollout starts from."""
+        K, net, frames, reset = self.n_envs, self.net, self._frames, self._reset
+        if K == 1:
+            if not ended_last and not reset[0]:
+                st = self.state = net.recorded_state()
+                if self.actor is not None:
+                    frame, frames[0] = frames[0], None
+                    boot = self.actor.value(self.obs_buf[0], st, frame)
+                else:
+                    obs0 = self.obs_buf[0]
+                    self.pipe(frames[0], obs0)
+                    frames[0] = None
+                    boot = net.step(obs0, st)[1]
+                segs[0].append((n, float(boot), False))
+            elif reset[0]:
+                self.state = net.initial_state()
+            return
+        st = net.recorded_state()
+        for k in range(K):
+            self.pipe(frames[k], self._next_obs[k])
+            frames[k] = None
         self._has_next = True
-        _, values, _ = self.net.step_batch(self._next_obs, state)
-        return values
+        _, boots, _ = net.step_batch(self._next_obs, st)
+        if st is not None:
+            st[0][reset] = 0
+            st[1][reset] = 0
+        self.state = st
+        for k in range(K):
+            if not reset[k]:
+                segs[k].append((n, float(boots[k]), False))
 
     def _truncated_value(self, k, frame):
         """V of the last observation of env ``k``'s episode that a time
         limit cut at this tick (``truncation_bootstrap``), unrecorded."""
         obs = np.empty(self.net.obs_shape, self.net.dtype)
         self.pipe(frame, obs)
-        if self.n_envs == 1:
-            state = self.net.recorded_state()
-            if self.actor is not None:
-                return self.actor.value(obs, state)
-            return self.net.step(obs, state)[1]
         st = self.net.recorded_state()
-        return self.net.step(obs, None if st is None else (st[0][k], st[1][k]))[1]
+        if self.n_envs > 1:
+            st = None if st is None else (st[0][k], st[1][k])
+        elif self.actor is not None:
+            return self.actor.value(obs, st)
+        return self.net.step(obs, st)[1]
 
     # -- one rollout + update ------------------------------------------------
     def rollout(self):
@@ -480,8 +359,8 @@ class Worker:
         T = s.t_max
         across = K > 1 or self.merging
         k_min = max(T // 2, 1) if K == 1 else T
-        u = self._uniforms()
-        envs, frames, raw = self.envs, self._frames, self.raw_rewards
+        u = self.uniforms.take(self.rng)    # t_max * K uniforms, one rng stream
+        frames, raw, step = self._frames, self.raw_rewards, self.guard.step
         if K == 1:
             net.begin_rollout(T)
         else:
@@ -498,18 +377,16 @@ class Worker:
                     self.state[1][k] = 0
         state = self.state
         self._state1 = None
-        acc0 = list(self._ret_acc)          # each env's running return at the rollout's start
         segs = [[] for _ in range(K)]       # per env: (end tick, bootstrap, ended)
         dropped = [[] for _ in range(K)]    # per env: ends of episodes a failed step dropped
-        ring, n_ring = self.step_times, self.n_step_times
         reset = self._reset
         reset[:] = False
         n = T
         term = trunc = False
         ended_last = []                     # paper rollouts: envs reset after the update
         st_ = self.stats
+        self.guard.t_env = 0.0
         t_rollout = perf_counter()
-        t_env = 0.0
         t_fwd = 0.0
         for t in range(T):
             c0 = perf_counter()
@@ -519,27 +396,16 @@ class Worker:
             reset[:] = False
             r0 = t * K
             for k in range(K):
-                a = acts if K == 1 else int(acts[k])
-                self.step_env = k
-                self.step_began = c0 = perf_counter()
                 try:
-                    frame, r, term_k, trunc_k = envs[k].step(a)
+                    frame, r, term_k, trunc_k = step(k, acts if K == 1 else int(acts[k]))
                 except Exception as exc:  # noqa: BLE001 - rebuilt in place, or raised
-                    self.step_began = 0.0
-                    raw[r0 + k] = 0.0
                     frames[k] = self._step_failed(k, t, exc, segs, dropped)
-                    t_env += perf_counter() - c0
                     reset[k] = True
                     if K == 1:
                         state = net.initial_state()
                     if k == 0:
                         term = trunc = False
                     continue
-                dt = perf_counter() - c0
-                self.step_began = 0.0
-                t_env += dt
-                ring[n_ring & (STEP_RING - 1)] = dt
-                n_ring += 1
                 raw[r0 + k] = r
                 self.ep_returns[k] += float(r)
                 self.ep_lengths[k] += 1
@@ -555,9 +421,7 @@ class Worker:
                 if not across:
                     ended_last.append(k)
                     continue
-                c0 = perf_counter()
                 frames[k] = self._episode_over(k)
-                t_env += perf_counter() - c0
                 reset[k] = True
                 if K == 1:
                     state = net.initial_state()
@@ -565,146 +429,27 @@ class Worker:
             if K == 1 and (ended_last or (reset[0] and (t + 1 >= k_min or not across))):
                 n = t + 1
                 break
-        self.n_step_times = n_ring
         # bootstrap each env's open segment from V(s_n)
         c0 = perf_counter()
-        if K == 1:
-            if not ended_last and not reset[0]:
-                st = self.state = net.recorded_state()
-                if self.actor is not None:
-                    frame, frames[0] = frames[0], None
-                    boot = self.actor.value(self.obs_buf[0], st, frame)
-                else:
-                    obs0 = self.obs_buf[0]
-                    self.pipe(frames[0], obs0)
-                    frames[0] = None
-                    boot = net.step(obs0, st)[1]
-                segs[0].append((n, float(boot), False))
-            elif reset[0]:
-                self.state = net.initial_state()
-        else:
-            st = net.recorded_state()
-            boots = self._bootstrap_values(st)
-            if st is not None:
-                st[0][reset] = 0
-                st[1][reset] = 0
-            self.state = st
-            for k in range(K):
-                if not reset[k]:
-                    segs[k].append((n, float(boots[k]), False))
+        self._bootstrap(n, segs, ended_last)
         t_fwd += perf_counter() - c0
-        ret, adv = self._targets(n, segs, acc0)
+        # the loss: returns and advantages per segment, one backward, one apply
+        ret, adv = self.targets(raw, self.values, n, segs)
         applied = self._apply_update(n * K, ret, adv)
         if self.sil is not None:
-            self._sil_record(n, segs, dropped)
+            self.sil.record_envs(net.recorded_obs, self.actions, raw, n, segs, dropped)
             self.sil.replay(n * K, self._apply_grads)
         self.store.add_steps(n * K)
-        c0 = perf_counter()
         for k in ended_last:
             frames[k] = self._episode_over(k)
             self._started[k] = True
             self.state = net.initial_state()
         end = perf_counter()
-        st_.t_env += t_env + (end - c0)
+        st_.t_env += self.guard.t_env
         st_.t_forward += t_fwd
         st_.t_rollout += end - t_rollout
         st_.agent_steps += n * K
         return n * K, term, trunc, applied
-
-    def _targets(self, n, segs, acc0):
-        """``(returns, advantages)`` float32, time-major ``(n*K,)``: the
-        rollout's rewards clipped and scaled (the normalizer merged), GAE
-        per segment, advantages normalized, over env-major copies of the
-        rows (each env's segments contiguous)."""
-        K = self.n_envs
-        m = n * K
-        if K == 1:
-            raw_em, val_em = self.raw_rewards, self.values
-        else:
-            raw_em, val_em = self._raw_em, self._val_em
-            raw_em[:m].reshape(K, n)[...] = self.raw_rewards[:m].reshape(n, K).T
-            val_em[:m].reshape(K, n)[...] = self.values[:m].reshape(n, K).T
-        j = 0
-        last = []
-        for k in range(K):
-            first = True
-            for end, boot, ended in segs[k]:
-                self._seg_end[j] = k * n + end
-                self._seg_boot[j] = boot
-                self._seg_ended[j] = ended
-                self._seg_acc[j] = acc0[k] if first else np.nan
-                first = False
-                j += 1
-            last.append(j - 1)
-        n_seg = j
-        ret, adv = self._segment_targets(raw_em, val_em, m, n_seg)
-        if self.s.reward_scale is None:
-            for k in range(K):
-                self._ret_acc[k] = self._seg_acc.item(last[k])
-        if K == 1:
-            return ret, adv
-        self._ret_tm[:m].reshape(n, K)[...] = ret.reshape(K, n).T
-        self._adv_tm[:m].reshape(n, K)[...] = adv.reshape(K, n).T
-        return self._ret_tm[:m], self._adv_tm[:m]
-
-    def _segment_targets(self, raw, values, m, n_seg):
-        s = self.s
-        if self._stats is None:
-            return self._targets_separate(raw, values, m, n_seg)
-        rn_st, rn_prm, an_st, an_prm = self._stats
-        fixed = np.nan if s.reward_scale is None else float(s.reward_scale)
-        with self._targets_lock:
-            status = rollout_targets(
-                raw, m, self._seg_end, self._seg_boot, self._seg_ended, self._seg_acc,
-                self._seg_raw, n_seg, float(s.reward_clip), fixed, float(s.gamma),
-                float(s.norm_clip), rn_st, rn_prm, values, float(s.gae_lambda),
-                an_st if s.normalize_advantages else NO_STATS, an_prm,
-                self._clip_buf, self._rets_buf, self._adv64_buf,
-                self.rewards, self._ret, self._adv)
-        if status == BAD_RETURNS:
-            raise ValueError("ReturnNormalizer.update: returns contain NaN or inf")
-        if status == BAD_ADVANTAGES:
-            raise ValueError("AdvantageNormalizer.update: advantages contain NaN or inf")
-        return self._ret[:m], self._adv[:m]
-
-    def _targets_separate(self, raw, values, m, n_seg):
-        """:meth:`_segment_targets` through the store's ``reward_scale`` and
-        ``advantage_scale`` (a store without the normalizers' arrays)."""
-        s = self.s
-        segs = []
-        a0 = 0
-        for k in range(n_seg):
-            b0 = int(self._seg_end[k])
-            segs.append((a0, b0, float(self._seg_boot[k]), bool(self._seg_ended[k])))
-            a0 = b0
-        r = raw[:m]
-        if s.reward_clip > 0:
-            clip_into(r, -float(s.reward_clip), float(s.reward_clip), self._clip_buf[:m])
-            r = self._clip_buf[:m]
-        if s.reward_scale is not None:
-            np.multiply(r, s.reward_scale, out=self.rewards[:m], casting="unsafe")
-        else:
-            rets = []
-            acc = 0.0
-            for k, (a0, b0, _, ended) in enumerate(segs):
-                start = float(self._seg_acc[k])
-                if start == start:
-                    acc = start
-                rr, acc = running_returns(r[a0:b0], s.gamma, acc)
-                rets.append(rr)
-                if ended:
-                    acc = 0.0
-                self._seg_acc[k] = acc
-            scale = self.store.reward_scale(np.concatenate(rets))
-            scale_clip_into(r, float(scale), float(s.norm_clip), self.rewards[:m])
-        ret = np.empty(m, np.float32)
-        adv = np.empty(m, np.float32)
-        for a0, b0, boot, _ in segs:
-            ret[a0:b0], adv[a0:b0] = gae(self.rewards[a0:b0], values[a0:b0], boot,
-                                         s.gamma, s.gae_lambda)
-        if s.normalize_advantages:
-            adv = adv * np.float32(self.store.advantage_scale(adv))
-        return ret, adv
 
     def _apply_grads(self, grads):
         """One gradient to the store (clipped Hogwild apply); refreshes the
@@ -720,8 +465,9 @@ class Worker:
         return applied
 
     def _apply_update(self, m, ret, adv):
+        """The A3C update of the rollout's ``m`` recorded rows: the backward
+        of the policy, value and entropy loss, then one clipped apply."""
         s, st = self.s, self.stats
-        # the backward only, over the rows the ticks recorded
         c0 = perf_counter()
         loss = self.net.rollout_grad(self.actions[:m], ret, adv, value_coef=s.value_coef,
                                      entropy_beta=s.entropy_beta)
@@ -738,19 +484,6 @@ class Worker:
         else:
             st.skipped += 1
         return applied
-
-    def _sil_record(self, n, segs, dropped=None):
-        """Each env's rows of this rollout (time order) to self-imitation;
-        an episode a failed step dropped is discarded, not offered."""
-        K = self.n_envs
-        obs = self.net.recorded_obs
-        rows = obs.reshape((n, K) + obs.shape[1:])
-        acts = self.actions[:n * K].reshape(n, K)
-        raw = self.raw_rewards[:n * K].reshape(n, K)
-        for k in range(K):
-            ends = [end for end, _, ended in segs[k] if ended]
-            self.sil.record(k, rows[:, k], acts[:, k], raw[:, k], ends,
-                            dropped[k] if dropped is not None else ())
 
     def run(self, stop: threading.Event, total_steps=0):
         """Rollouts until ``stop`` is set or ``total_steps`` (0 = no limit) is
