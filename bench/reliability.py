@@ -189,6 +189,14 @@ def kept_sections(path):
     return "\n" + old[min(starts) + 1:] if starts else ""
 
 
+def write_table(path, text):
+    """Write the generated ``text`` to ``path``, followed by the sections of
+    the old file that this runner does not generate (:func:`kept_sections`)."""
+    kept = kept_sections(path)          # read before "w" empties the file
+    with open(path, "w") as fh:
+        fh.write(text + kept)
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["memory"]:
@@ -225,8 +233,7 @@ def main(argv=None):
     text = markdown(results, header)
     print("\n" + text)
     if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(text + kept_sections(args.out))
+        write_table(args.out, text)
     return 0 if all(r.passed or r.skipped for r in results) else 1
 
 

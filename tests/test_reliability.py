@@ -98,6 +98,13 @@ def test_rewriting_the_table_keeps_the_memory_section(tmp_path):
     assert tool.kept_sections(str(out)) == "\n## Memory over a long run\n\nfigures\n"
     out.write_text("# Reliability\n\nold table, no memory section\n")
     assert tool.kept_sections(str(out)) == ""
+    # the runner's write: the new table, then the old file's memory section
+    out.write_text("# Reliability\n\nold table\n\n## Memory over a long run\n\nfigures\n")
+    tool.write_table(str(out), "# Reliability\n\nnew table\n")
+    assert out.read_text() == ("# Reliability\n\nnew table\n\n"
+                               "## Memory over a long run\n\nfigures\n")
+    tool.write_table(str(tmp_path / "fresh.md"), "# Reliability\n\nnew table\n")
+    assert (tmp_path / "fresh.md").read_text() == "# Reliability\n\nnew table\n"
 
 
 @pytest.mark.slow
