@@ -161,10 +161,13 @@ class Policy:
                 probs, value, new_state = net.step(x, state)
         return probs, float(value), new_state
 
-    def _batch_input(self, obs):
+    def batch_input(self, obs):
         """The network input rows ``(N, *net_obs_shape)`` for N raw
         observations (an ``(N, *raw_shape)`` array or a sequence of N), in
-        this thread's buffer; an ObservationError names the bad row."""
+        this thread's buffer (overwritten by the thread's next call: copy it
+        to keep it); an ObservationError names the bad row.  What
+        :meth:`act_batch` feeds the network (a twin fed the same rows
+        compares networks alone)."""
         raw_shape = self.pipeline.raw_shape
         if isinstance(obs, np.ndarray) and obs.ndim == len(raw_shape) + 1:
             n = obs.shape[0]
@@ -203,7 +206,7 @@ class Policy:
         stepped; states that do not match the batch are a ``ValueError``.
         """
         net, _ = self._scratch()
-        x = self._batch_input(obs)      # rows checked and preprocessed
+        x = self.batch_input(obs)       # rows checked and preprocessed
         if self._forks:
             return net.step_batch(x, states, done)
         with self._step_lock:

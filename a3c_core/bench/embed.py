@@ -133,7 +133,7 @@ def _bench_embed_peers(policy, frames, repeat, min_time, batch_us) -> list[Row]:
     torch.set_num_threads(1)
     model = torch_twin.torch_model(net)
     for n in ns:
-        x = torch.from_numpy(policy._batch_input(frames[:n]).copy())
+        x = torch.from_numpy(policy.batch_input(frames[:n]).copy())
         st = None
         if net.recurrent:
             st = (torch.zeros(n, net.lstm_size), torch.zeros(n, net.lstm_size))
