@@ -29,6 +29,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
+from proc_util import children_of  # noqa: E402
 from reliability_cases import CASES, markdown, remove_shared, run_case, train_shared  # noqa: E402
 
 
@@ -50,29 +51,9 @@ only (it reads /proc).
 """
 
 
-def _children():
-    """Map ppid -> [pid] over every process we can read."""
-    kids = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        kids.setdefault(ppid, []).append(int(name))
-    return kids
-
-
 def _tree(root):
-    kids, out, todo = _children(), [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(kids.get(pid, ()))
-    return out
+    """``root`` and its live descendants."""
+    return [root, *children_of(root)]
 
 
 def _read_kb(path, key):

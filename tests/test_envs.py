@@ -502,19 +502,12 @@ def test_episode_over_marks_episode_ends(basic):
     assert Env.episode_over is True  # base default for adapters that do not track it
 
 
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def test_doom_recycled_engine_plays_as_a_new_engine_with_the_next_seed(tmp_path):
     """After ``recycle_episodes`` episodes the next reset starts a new engine seeded
     with ``engine_seed(seed, 1)``: its episodes are those of a fresh env with
     that seed, the old engine is gone, and close leaves no process or file."""
     from a3c_core.envs.doom import DoomEnv, engine_seed
+    from proc_util import alive
 
     actions = [MOVE_RIGHT, ATTACK, MOVE_LEFT, ATTACK, ATTACK]
     env = DoomEnv("basic", seed=123, runtime_dir=tmp_path, recycle_episodes=2)
@@ -523,10 +516,10 @@ def test_doom_recycled_engine_plays_as_a_new_engine_with_the_next_seed(tmp_path)
     assert env.engine_generation == 0 and env.engine_pid == first_pid
     after = rollout(env, actions, episodes=2)
     assert env.engine_generation == 1 and env.engine_pid != first_pid
-    assert first_pid is not None and not _alive(first_pid)
+    assert first_pid is not None and not alive([first_pid])
     second_pid = env.engine_pid
     env.close()
-    assert not _alive(second_pid) and os.listdir(tmp_path) == []
+    assert not alive([second_pid]) and os.listdir(tmp_path) == []
 
     with DoomEnv("basic", seed=123, recycle_episodes=0) as ref:
         assert_same(before, rollout(ref, actions, episodes=2))

@@ -542,6 +542,9 @@ class DoomEnv(Env):
         resident memory grows with the episodes it plays, a new one starts
         small. The runtime dir stays."""
         old, fd = self._game, self._engine_fd
+        # a kill_engine racing the swap finds no engine rather than a closed
+        # pidfd whose number another env's engine may get next
+        self._engine_fd = self.engine_pid = None
         self._finalizer.detach()
         # a finalizer that closes nothing and keeps the dir, while the old one goes
         self._finalizer = weakref.finalize(self, _release, None, self._work_dir, self._runtime_dir)
