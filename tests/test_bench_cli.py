@@ -241,7 +241,8 @@ def test_bench_e2e_with_several_envs_per_worker(monkeypatch):
             return super().stop()
 
     monkeypatch.setattr(e2e, "_TrainerRun", Spy)
-    rows = e2e.bench_e2e("CartPole-v1", "mlp", [1], 0.6, 0.2, envs_per_worker=2)
+    rows = e2e.bench_e2e("CartPole-v1", "mlp", [1], 0.6, 0.2, envs_per_worker=2,
+                         env_step_us=50.0)
     assert seen == [[2]]
     train = [r for r in rows if r.name.startswith("train steps/s")]
     assert train[0].name == "train steps/s w1 k2" and "2 envs each" in train[0].notes
@@ -251,6 +252,47 @@ def test_bench_e2e_with_several_envs_per_worker(monkeypatch):
     assert set(parts) == {"env", "forward", "backward", "apply", "glue"}
     assert all(parts[k].median > 0 for k in ("env", "forward", "backward", "apply"))
     assert sum(r.extra["share"] for r in parts.values()) == pytest.approx(1.0)
+    # the env-only ceiling: one core stepping the env alone at 50 us a step
+    (ceil,) = [r for r in rows if r.name == "env-only ceiling w1 k2"]
+    assert ceil.median == pytest.approx(20_000.0)
+    assert ceil.extra["train_share"] == pytest.approx(train[0].extra["mean"] / 20_000.0)
+    assert f"{100 * ceil.extra['train_share']:.0f}% of it" in ceil.notes
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity here")
+def test_one_core_pins_the_thread_and_what_it_starts_then_restores():
+    """The single-thread rows run on one core, with what they start (an
+    engine inherits it): a child process started inside reports the same
+    single core; the thread's old affinity is back afterwards."""
+    import subprocess
+    import sys
+
+    from a3c_core.bench.machine import one_core
+    before = os.sched_getaffinity(0)
+    with one_core() as core:
+        assert core == max(before)
+        assert os.sched_getaffinity(0) == {core}
+        child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                               capture_output=True, text=True, check=True)
+        assert child.stdout.strip() == f"[{core}]"
+    assert os.sched_getaffinity(0) == before
+
+
+def test_network_alone_against_pytorch_rows():
+    """Our network alone and the torch twin on the same preprocessed input,
+    at a batched worker's K = 16 and at 64: both rows per N, torch's as a
+    ratio to ours (the twin's outputs match ours: tests/test_torch_parity.py)."""
+    pytest.importorskip("torch")
+    from a3c_core.bench import embed
+    from a3c_core.nn.network import build_network
+    net = build_network("doom-lstm", (1, 84, 84), 3)
+    policy = embed._embed_policy(net, (120, 160), {"kind": "image", "out_shape": [84, 84]})
+    frames = np.random.default_rng(0).integers(0, 256, (64, 120, 160), dtype=np.uint8)
+    rows = {r.name: r for r in embed._bench_embed_peers(policy, frames, 1, 0.001, {})}
+    for n in embed.TORCH_NS:
+        ours, theirs = rows[f"network N={n} per agent"], rows[f"pytorch N={n} per agent"]
+        assert ours.median > 0 and theirs.median > 0
+        assert theirs.extra["ratio_to_network"] == pytest.approx(theirs.median / ours.median)
 
 
 def _second_worker_late(at_window):

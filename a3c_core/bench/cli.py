@@ -17,7 +17,7 @@ from a3c_core.bench.env import bench_env, make_bench_env
 from a3c_core.bench.gil import bench_gil
 from a3c_core.bench.kernels import bench_kernels, flops
 from a3c_core.bench.machine import (bench_bandwidth, bench_sgemm, default_workers, format_table,
-                                    machine_info)
+                                    machine_info, one_core)
 from a3c_core.bench.network import bench_network
 from a3c_core.nn.gradcheck import DEFAULT_OBS
 from a3c_core.nn.network import build_network
@@ -148,7 +148,11 @@ def main(argv=None) -> int:
     peak = rows[0].median
     add(bench_bandwidth(16 if quick else 64, repeat))
 
-    with tempfile.TemporaryDirectory(prefix="a3c-bench-env-") as runtime:
+    # the single-thread rows run on one core, the env's engine beside them
+    # (one_core), as a pinned training worker and its engines do
+    with tempfile.TemporaryDirectory(prefix="a3c-bench-env-") as runtime, one_core() as core:
+        if core is not None and not quick:
+            print(f"  (single-thread rows pinned to core {core})", flush=True)
         env, env_err = make_bench_env(args.env, runtime)
         try:
             spec, obs_shape, n_actions, fl = _bench_micro(args, env, env_err, repeat, min_time,
@@ -162,8 +166,10 @@ def main(argv=None) -> int:
     elif env is None:
         skipped.append("end-to-end and GIL (no env)")
     else:
+        env_us = next((r.median for r in rows if r.name == "env step"), None)
         for k in args.envs_per_worker:
-            add(bench_e2e(args.env, spec, workers, seconds, warmup, k, args.worker_processes))
+            add(bench_e2e(args.env, spec, workers, seconds, warmup, k, args.worker_processes,
+                          env_step_us=env_us))
         if args.skip_gil:
             skipped.append("GIL probe (--skip-gil)")
         elif args.worker_processes:

@@ -9,6 +9,10 @@
   ``--envs-per-worker K`` (K > 1) the names end in ``kK``.
 * ``step env/forward/backward/apply/glue wN``: where an agent step went in
   the measured window, from the workers' own timers (:func:`_step_breakdown`).
+* ``env-only ceiling wN``: the agent steps/s of min(N, cores) envs stepped
+  alone, each at the ``env step`` row's time (one env and its engine
+  pinned to one core, as a training worker's are; resets not counted), and
+  the share of it training reached: how close training runs to its env.
 * ``scaling wN`` = steps/s(N) / (N x steps/s(1)).
 
 The trainer is imported when a run starts (:class:`_TrainerRun`), not with
@@ -23,6 +27,7 @@ import threading
 import time
 
 from a3c_core.bench.machine import Row
+from a3c_core.train.affinity import allowed_cores
 from a3c_core.train.config import Config
 
 
@@ -138,8 +143,11 @@ def _step_breakdown(n, spent) -> list[Row]:
 
 
 def bench_e2e(env, spec, worker_counts, seconds, warmup, envs_per_worker=1,
-              processes=False) -> list[Row]:
-    """The training rows for each worker count in turn (see the module docstring)."""
+              processes=False, env_step_us=None) -> list[Row]:
+    """The training rows for each worker count in turn (see the module
+    docstring); with ``env_step_us`` (the ``env step`` row) also each
+    count's env-only ceiling."""
+    cores = len(allowed_cores()) or os.cpu_count() or 1
     rows, base = [], None
     per = f", {envs_per_worker} envs each" if envs_per_worker > 1 else ""
     kk = f" k{envs_per_worker}" if envs_per_worker > 1 else ""
@@ -160,6 +168,12 @@ def bench_e2e(env, spec, worker_counts, seconds, warmup, envs_per_worker=1,
         rows.append(Row(f"train frames/s w{n}{kk}", [r * fs for r in rates], "frames/s",
                         f"steps/s x frame skip {fs}; mean {mean * fs:.0f}", {"workers": n, "mean": mean * fs}))
         rows.extend(_step_breakdown(f"{n}{kk}", spent))
+        if env_step_us:
+            ceiling = min(n, cores) * 1e6 / env_step_us
+            rows.append(Row(f"env-only ceiling w{n}{kk}", [ceiling], "steps/s",
+                            f"{min(n, cores)} core(s) x 1 / env step ({env_step_us:.0f} us "
+                            f"alone); training ran at {100 * mean / ceiling:.0f}% of it",
+                            {"workers": n, "train_share": mean / ceiling}))
         if n == 1:
             base = mean
         if base and n > 1:

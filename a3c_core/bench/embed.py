@@ -5,10 +5,14 @@
   per agent, each N timed in turn with the batch-1 call; the note gives the
   ratio to ``act``.  Where the direct convolutions run,
   ``act_batch N=64, im2col + GEMM convs`` times the path they replace.
-* ``onnxruntime N=.. per agent`` / ``pytorch N=.. per agent`` (N = 1, 64):
-  the exported graph (``a3c export --onnx``, one intra-op thread) and the
-  torch twin (one thread) on the same frames, as ratios to ``act_batch``;
-  a ``skipped`` row where not installed.
+* ``onnxruntime N=.. per agent`` (N = 1, 64): the exported graph (``a3c
+  export --onnx``, one intra-op thread) on the same raw frames, as a ratio
+  to ``act_batch``; a ``skipped`` row where not installed.
+* ``network N=.. per agent`` / ``pytorch N=.. per agent`` (N = 16, 64): our
+  network alone (``Network.step_batch`` on preprocessed frames) and the
+  torch twin's batched step (one thread, ``no_grad``) on the same input,
+  timed in turn; the note gives torch's time as a ratio to ours (above 1:
+  ours is faster).  Skipped, with a row saying so, without torch.
 * ``preprocess``: uint8 gray 120x160 -> float32 84x84 (area resize), us.
 
 ``--skip-embed`` leaves out all but ``preprocess``.
@@ -31,6 +35,9 @@ from a3c_core.timing import time_call
 
 #: batch sizes of the embedding rows (issue 43: per-agent cost at N = 1, 8, 64, 256)
 EMBED_NS = (1, 8, 64, 256)
+#: batch sizes of the network-alone rows against PyTorch (a batched worker's
+#: K = 16 and an embedding's 64)
+TORCH_NS = (16, 64)
 
 
 def _embed_policy(net, raw_shape, pipe_spec):
@@ -45,9 +52,10 @@ def bench_embedding(net, raw_shape, pipe_spec, repeat, min_time, ns=EMBED_NS) ->
     ``Policy.act_batch`` per agent at each N, with the ratio to ``act`` in
     the notes (one run, each N timed in turn with the batch-1 call so that
     machine load hits both alike); then onnxruntime (``a3c export --onnx``,
-    one intra-op thread) and PyTorch (the torch twin, one thread) on the
-    same frames where installed, as ratios to ``act_batch``.  One BLAS
-    thread throughout (``a3c bench`` pins it): per-core figures."""
+    one intra-op thread) on the same frames and our network alone against
+    PyTorch's (the torch twin, one thread) where installed (see the module
+    docstring).  One BLAS thread, on one core (``a3c bench`` pins it):
+    per-core figures."""
     policy = _embed_policy(net, raw_shape, pipe_spec)
     rng = np.random.default_rng(0)
     nmax = max(ns)
@@ -132,23 +140,28 @@ def _bench_embed_peers(policy, frames, repeat, min_time, batch_us) -> list[Row]:
         return rows
     torch.set_num_threads(1)
     model = torch_twin.torch_model(net)
-    for n in ns:
-        x = torch.from_numpy(policy.batch_input(frames[:n]).copy())
-        st = None
+    for n in TORCH_NS:
+        xn = np.ascontiguousarray(policy.batch_input(frames[np.arange(n) % len(frames)]))
+        x = torch.from_numpy(xn.copy())
+        sn = st = None
         if net.recurrent:
+            sn = (np.zeros((n, net.lstm_size), np.float32),) * 2
             st = (torch.zeros(n, net.lstm_size), torch.zeros(n, net.lstm_size))
 
-        def run(x=x, st=st):
+        def theirs(x=x, st=st):
             with torch.no_grad():
                 model.step_batch(x, st)
 
-        s = time_call(run, repeat=repeat, min_time=min_time)
-        per = [v / n for v in s]
-        ratio = statistics.median(per) * 1e6 / batch_us[n]
+        a, b = interleaved(lambda xn=xn, sn=sn: net.step_batch(xn, sn), theirs, repeat, min_time)
+        ours, per = [v / n for v in a], [v / n for v in b]
+        ratio = statistics.median(per) / statistics.median(ours)
+        rows.append(Row(f"network N={n} per agent", us(ours), "us",
+                        f"Network.step_batch alone (frames preprocessed beforehand), timed in "
+                        f"turn with PyTorch's", {"n": n}))
         rows.append(Row(f"pytorch N={n} per agent", us(per), "us",
-                        f"{ratio:.2f}x of act_batch N={n} (network only: frames preprocessed "
-                        f"beforehand; torch {torch.__version__}, 1 thread)",
-                        {"ratio_to_act_batch": ratio, "n": n}))
+                        f"{ratio:.2f}x of our network alone at N={n} (the torch twin, "
+                        f"torch {torch.__version__}, 1 thread, no_grad)",
+                        {"ratio_to_network": ratio, "n": n}))
     return rows
 
 

@@ -1,7 +1,9 @@
 """The env rows of ``a3c bench``.
 
 * ``env step``: one ``env.step(a)`` of the env (ViZDoom: frame skip 4; the
-  episode resets are not timed), us.
+  episode resets are not timed), us.  ``a3c bench`` makes the env and times
+  it on one pinned core (``machine.one_core``), so a ViZDoom engine shares
+  its core with the stepping thread, as in training.
 * ``env reset``: one ``env.reset()``, us.
 
 Skipped when the env cannot be made (:func:`make_bench_env` says why) or
