@@ -23,41 +23,67 @@ from a3c_core._safepoint import held_sigint
 from a3c_core.report import final_line  # noqa: F401  (re-exported: tests and callers)
 
 
-def _field_help(f, default) -> str:
-    """A config field's ``--help`` text: its documentation plus its default, said once.
+def _field_help(text, default) -> str:
+    """A config field's (or env option's) ``--help`` text: its documentation
+    plus its default, said once.
 
-    A help text that states its own default in parentheses, ``(default ...``
-    (env-dependent ones do), gets no second one, and neither does a field
-    whose default is None (unset: its help says in words what that means);
-    ``%`` is escaped because argparse formats help with ``%``.
+    A help text that states its own default, ``(default ...`` or
+    ``default: ...`` (env-dependent ones do), gets no second one, and neither
+    does a field whose default is None (unset: its help says in words what
+    that means); ``%`` is escaped because argparse formats help with ``%``.
     """
-    text = f.metadata.get("help", "")
-    if default is not None and "(default" not in text.lower():
+    said = "(default" in text.lower() or "default:" in text.lower()
+    if default is not None and not said:
         text = f"{text} (default: {default!r})" if text else f"default: {default!r}"
     return text.replace("%", "%%")
 
 
+def _add_flag(p, name, typ, help_):
+    flag = "--" + name.replace("_", "-")
+    if typ is bool:
+        p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_)
+    else:
+        conv = {int: int, float: float, str: str}.get(typ, str)
+        p.add_argument(flag, dest=name, type=conv, default=None, help=help_, metavar=name.upper())
+
+
 def _add_config_flags(p):
-    from a3c_core.train.config import Config, base_type
+    """A flag per config field, and per env option (they set ``env_options``)."""
+    from a3c_core.train.config import Config, base_type, env_options_by_name
 
     defaults = Config()
     for f in fields(Config):
-        flag = "--" + f.name.replace("_", "-")
-        typ = base_type(f)
-        help_ = _field_help(f, getattr(defaults, f.name))
-        if typ is bool:
-            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_)
-        else:
-            conv = {int: int, float: float, str: str}.get(typ, str)
-            p.add_argument(flag, dest=f.name, type=conv, default=None, help=help_, metavar=f.name.upper())
+        if f.name != "env_options":
+            _add_flag(p, f.name, base_type(f), _field_help(f.metadata.get("help", ""),
+                                                           getattr(defaults, f.name)))
+    for name, (family, option) in env_options_by_name().items():
+        _add_flag(p, name, option.kind,
+                  _field_help(option.help, getattr(family.defaults, name, None)))
 
 
-def _config_from_args(args):
-    from a3c_core.train.config import Config, fields as _fields
+def _config_changes(args) -> dict:
+    """The config fields the command line sets; its env-option flags in ``env_options``."""
+    from a3c_core.train.config import Config, env_options_by_name
 
-    base = Config.from_toml(args.config) if args.config else Config()
-    changes = {f.name: getattr(args, f.name) for f in _fields(Config) if getattr(args, f.name) is not None}
-    return base.replace(**changes) if changes else base.validate()
+    changes = {f.name: getattr(args, f.name) for f in fields(Config)
+               if f.name != "env_options" and getattr(args, f.name) is not None}
+    options = {name: getattr(args, name) for name in env_options_by_name()
+               if getattr(args, name) is not None}
+    if options:
+        changes["env_options"] = options
+    return changes
+
+
+def config_from_args(args):
+    """The config ``a3c train``'s parsed ``args`` give a new run: the
+    ``--config`` file's fields, with the flags' over them (an env-option
+    flag adds to the file's ``env_options``)."""
+    from a3c_core.train.config import Config
+
+    changes = _config_changes(args)
+    if args.config:
+        return Config.from_toml(args.config, overrides=changes)
+    return Config.from_dict(changes, source="command line")
 
 
 def cmd_train(args):
@@ -73,7 +99,7 @@ def _cmd_train(args):
     with held_sigint():     # the trainer's imports load numba's and llvmlite's C extensions
         from a3c_core import checkpoint as ck
         from a3c_core.checkpoint import CheckpointError
-        from a3c_core.train.config import Config, ConfigError, fields as _fields
+        from a3c_core.train.config import Config, ConfigError
         from a3c_core.train.trainer import Trainer, TrainingError
 
     try:
@@ -81,24 +107,23 @@ def _cmd_train(args):
             saved = os.path.join(args.resume, "config.toml")
             if not os.path.isdir(args.resume):
                 raise ck.no_run_dir(args.resume)
-            ignored = []
-            if os.path.exists(saved):
-                base = Config.from_toml(saved, saved_run=True, ignored=ignored)
-            else:
-                base = Config.from_dict(ck.find_resume_checkpoint(args.resume).meta["config"],
-                                        saved_run=True, ignored=ignored)
-            if ignored:
-                print(f"note: the saved config sets fields this version removed, ignored: "
-                      f"{', '.join(ignored)} (docs/defaults.md)", flush=True)
-            changes = {f.name: getattr(args, f.name) for f in _fields(Config)
-                       if getattr(args, f.name) is not None}
+            changes = _config_changes(args)
             other = changes.pop("run_dir", None)
             if other is not None and os.path.abspath(other) != os.path.abspath(args.resume):
                 raise ConfigError(f"--run-dir {other} with --resume {args.resume}: a resumed run "
                                   f"writes to its own directory; drop --run-dir")
-            cfg = base.replace(run_dir=args.resume, **changes)
+            changes["run_dir"] = args.resume
+            ignored = []
+            if os.path.exists(saved):
+                cfg = Config.from_toml(saved, saved_run=True, ignored=ignored, overrides=changes)
+            else:
+                cfg = Config.from_dict(ck.find_resume_checkpoint(args.resume).meta["config"],
+                                       saved_run=True, ignored=ignored, overrides=changes)
+            if ignored:
+                print(f"note: the saved config sets fields this version removed, ignored: "
+                      f"{', '.join(ignored)} (docs/defaults.md)", flush=True)
         else:
-            cfg = _config_from_args(args)
+            cfg = config_from_args(args)
         from a3c_core.distributed.cli import misplaced_ray_flags, run_ray_training
 
         if getattr(args, "ray", None) is not None:

@@ -1195,7 +1195,8 @@ CASES = [
     # -- invalid config values through flags (rc 2, the field named) --
     _flag("flag-reward-scale-inf", ["--reward-scale", "inf"], ["reward_scale"]),
     _flag("flag-entropy-beta-inf", ["--entropy-beta", "inf"], ["entropy_beta"]),
-    _flag("flag-value-coef-inf", ["--value-coef", "inf"], ["value_coef"]),
+    # an env option the env's family does not take (env_options: the family record's list)
+    _flag("flag-view-on-a-gym-env", ["--view", "band"], ["env_options.view", "doom envs only"]),
     _flag("flag-frame-size-100000-doom", ["--frame-size", "100000"], ["frame_size"], base=DOOM,
           needs=("doom",)),
     _flag("flag-t-max-1e8", ["--t-max", "1e8"], ["t-max|t_max"]),
@@ -1221,7 +1222,8 @@ CASES = [
     _flag("flag-checkpoint-interval-negative", ["--checkpoint-interval=-1"], ["checkpoint_interval"]),
     _flag("flag-reward-clip-nan", ["--reward-clip", "nan"], ["reward_clip"]),
     _flag("flag-lr-anneal-without-total", ["--lr-anneal", "--lr-anneal-steps", "0", "--total-steps", "0"], ["lr_anneal"]),
-    _flag("flag-lr-anneal-floor-above-1", ["--lr-anneal-floor", "2"], ["lr_anneal_floor"]),
+    _flag("flag-health-reward-negative-doom", ["--health-reward=-1"], ["env_options.health_reward"],
+          base=DOOM, needs=("doom",)),
     _flag("flag-hidden-on-doom-spec", ["--hidden", "64"], ["hidden"], base=DOOM, needs=("doom",)),
     # -- invalid config values through TOML --
     _toml_case("toml-lr-string", 'env = "CartPole-v1"\nlr = "fast"\n', ["lr"]),

@@ -53,10 +53,15 @@ def test_train_help_renders_and_says_each_default_once():
     for action in train._actions:
         if action.dest in names:
             assert defaults_said(action.help) == 1, (action.dest, action.help)
-    value_coef = next(a for a in train._actions if a.dest == "value_coef")
-    assert value_coef.help.endswith(f"(default: {Config().value_coef!r})")
+    max_grad_norm = next(a for a in train._actions if a.dest == "max_grad_norm")
+    assert max_grad_norm.help.endswith(f"(default: {Config().max_grad_norm!r})")
+    # the env options' flags: their help from the family record, the family's default once
     health = next(a for a in train._actions if a.dest == "health_reward")
     assert health.help.endswith("else 0 = off"), health.help
+    noop = next(a for a in train._actions if a.dest == "noop_max")
+    assert noop.help == ("Atari: up to this many no-op actions at the start of an episode "
+                         "(0 = off) (default: 30)")
+    assert "--env-options" not in text       # set by the options' own flags
     # rendered: every option's block states one default
     blocks = re.split(r"\n  (?=-)", text.split("options:", 1)[1])[1:]
     for block in blocks:
@@ -76,6 +81,10 @@ def test_a_removed_flag_is_an_error_saying_why(tmp_path):
     assert out.stderr.strip() == ("a3c train: error: --entropy-target was removed: "
                                   + REMOVED_FIELDS["entropy_target"])
     assert "Traceback" not in out.stderr and not run.exists()
+    out = a3c("train", "--env", "CartPole-v1", "--value-coef", "1", "--run-dir", str(run))
+    assert (out.returncode, out.stderr.strip()) == (2, "a3c train: error: --value-coef was removed: "
+                                                       + REMOVED_FIELDS["value_coef"])
+    assert not run.exists()
     # each removed knob's flag, as a flag or with its value
     from a3c_core.cli import main
 
@@ -83,6 +92,44 @@ def test_a_removed_flag_is_an_error_saying_why(tmp_path):
         flag = "--" + name.replace("_", "-")
         for argv in ([flag, "1"], [f"{flag}=1"]):
             assert main(["train", "--env", "CartPole-v1", *argv]) == 2, argv
+
+
+def test_the_env_option_flags_set_env_options(tmp_path):
+    """``--health-reward 1``, ``--view band``, ``--action-set combos``,
+    ``--noop-max 0``, ``--terminal-on-life-loss``, ... each set their option
+    in ``env_options``, over a ``--config`` file's; an option the env's
+    family does not take is an error naming it, the env and what it takes."""
+    from a3c_core.cli import build_parser, config_from_args
+    from a3c_core.train.config import ConfigError
+
+    def cfg(*argv):
+        return config_from_args(build_parser().parse_args(["train", *argv]))
+
+    doom = cfg("--env", "doom:defend_the_line", "--health-reward", "1", "--view", "full",
+               "--action-set", "combos", "--ammo-reward", "0.5")
+    assert doom.env_options == {"health_reward": 1.0, "ammo_reward": 0.5, "action_set": "combos",
+                                "view": "full"}
+    atari = cfg("--env", "ALE/Pong-v5", "--noop-max", "0", "--terminal-on-life-loss",
+                "--repeat-action-probability", "0")
+    assert atari.env_options == {"noop_max": 0, "terminal_on_life_loss": True,
+                                 "repeat_action_probability": 0.0}
+    assert cfg("--env", "ALE/Pong-v5", "--no-terminal-on-life-loss").env_options == {
+        "terminal_on_life_loss": False}
+    assert cfg().env_options == {}
+    toml = tmp_path / "c.toml"
+    toml.write_text('env = "doom:defend_the_line"\n[env_options]\nview = "full"\nhealth_reward = 1\n')
+    both = cfg("--config", str(toml), "--view", "band")
+    assert both.env_options == {"view": "band", "health_reward": 1.0}
+    # a file's options for the env the command line names
+    toml.write_text('[env_options]\nnoop_max = 0\n')
+    assert cfg("--config", str(toml), "--env", "atari:Pong").env_options == {"noop_max": 0}
+    with pytest.raises(ConfigError, match="'env_options.view' = 'band': applies to doom envs only; "
+                                          "CartPole-v1 is a gym env"):
+        cfg("--env", "CartPole-v1", "--view", "band")
+    with pytest.raises(ConfigError, match="'env_options.noop_max' = 0: applies to atari envs only"):
+        cfg("--noop-max", "0")
+    with pytest.raises(ConfigError, match="'env_options.view' = 'wide': choose one of full, band"):
+        cfg("--view", "wide")
 
 
 def test_resume_with_another_run_dir_is_a_clear_error(tmp_path, capsys):

@@ -1,9 +1,17 @@
+import dataclasses
 import importlib.util
+import sys
 
 import pytest
 
-from a3c_core.train.config import (REMOVED_FIELDS, rollout_defaults, SAVED_RUN_DEFAULTS, Config, ConfigError,
-                                   removed_flag, resolve)
+from a3c_core.envs.families import FAMILIES
+from a3c_core.train.config import (REMOVED_FIELDS, REMOVED_TO_CONSTANTS, rollout_defaults, SAVED_RUN_DEFAULTS,
+                                   Config, ConfigError, env_options_by_name, removed_flag, resolve)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser from the registry
+    import tomli as tomllib
 
 #: ale-py registers the Atari ids of gymnasium's form (PongNoFrameskip-v4);
 #: without it such an id is a plain gymnasium one
@@ -15,11 +23,22 @@ def _r(obs_kind="image", **kw):
     return resolve(Config(**kw).validate(), obs_kind)
 
 
+def _o(**options):
+    """``Config`` keywords that set these env options."""
+    return {"env_options": options}
+
+
+def test_config_has_at_most_40_fields():
+    # issue 72: every field has a measured use; an env family's options are
+    # one mapping (env_options), not a field each
+    assert len(dataclasses.fields(Config)) <= 40
+
+
 def test_defaults_are_the_standard_workload():
     c = Config().validate()
     assert c.env == "doom:basic"
     assert (c.t_max, c.envs_per_worker, c.gamma, c.gae_lambda) == (None, None, 0.99, None)
-    assert (c.value_coef, c.max_grad_norm) == (0.5, 40.0)
+    assert c.max_grad_norm == 40.0 and c.env_options == {}
     # the paper's worker by default; the batched worker's t_max and Adam rate
     d = rollout_defaults(c)
     assert (d.envs_per_worker, d.t_max) == (1, 20)
@@ -42,7 +61,7 @@ def test_defaults_are_the_standard_workload():
     assert r.lr == pytest.approx(1e-4)
     assert c.reward_scale is None  # normalized by the running return std
     assert c.adam_amsgrad is None and c.lr_anneal is None and c.truncation_bootstrap is None
-    assert (c.lr_anneal_steps, c.lr_anneal_floor) == (1_000_000, 0.1)
+    assert c.lr_anneal_steps == 1_000_000
 
 
 def test_resolve_learning_rate_per_family_and_spec():
@@ -126,51 +145,104 @@ def test_health_reward_is_the_health_scenarios_default_and_doom_only():
     assert _r().env_args["health_reward"] == 0.0                   # doom:basic: off
     for sc in ("health_gathering", "health_gathering_supreme"):
         assert _r(env=f"doom:{sc}").env_args["health_reward"] == 1.0
-        assert _r(env=f"doom:{sc}", health_reward=0.0).env_args["health_reward"] == 0.0
-    assert _r(env="doom:defend_the_line", health_reward=0.5).env_args["health_reward"] == 0.5
-    with pytest.raises(ConfigError, match="'health_reward'.*doom envs only"):
-        _r("vector", env="CartPole-v1", health_reward=1.0)
+        assert _r(env=f"doom:{sc}", **_o(health_reward=0.0)).env_args["health_reward"] == 0.0
+    assert _r(env="doom:defend_the_line", **_o(health_reward=0.5)).env_args["health_reward"] == 0.5
+    with pytest.raises(ConfigError, match="'env_options.health_reward'.*doom envs only"):
+        _r("vector", env="CartPole-v1", **_o(health_reward=1.0))
 
 
 def test_ammo_reward_is_defend_the_centers_default_settable_on_doom_and_doom_only():
     assert _r().env_args["ammo_reward"] == 0.0
     assert _r(env="doom:defend_the_center").env_args["ammo_reward"] == 0.5    # its default
-    assert _r(env="doom:defend_the_center", ammo_reward=0.0).env_args["ammo_reward"] == 0.0
-    assert _r(env="doom:defend_the_center", ammo_reward=0.5).env_args["ammo_reward"] == 0.5
-    with pytest.raises(ConfigError, match="'ammo_reward'.*doom envs only"):
-        _r("vector", env="CartPole-v1", ammo_reward=0.5)
+    assert _r(env="doom:defend_the_center", **_o(ammo_reward=0.0)).env_args["ammo_reward"] == 0.0
+    assert _r(env="doom:defend_the_center", **_o(ammo_reward=0.5)).env_args["ammo_reward"] == 0.5
+    with pytest.raises(ConfigError, match="'env_options.ammo_reward'.*doom envs only"):
+        _r("vector", env="CartPole-v1", **_o(ammo_reward=0.5))
 
 
 def test_action_set_is_doom_only_and_an_old_saved_run_keeps_its_buttons():
     assert _r().env_args["action_set"] == "buttons"
     # deadly_corridor's default: the combinations; a flag still wins
     assert _r(env="doom:deadly_corridor").env_args["action_set"] == "combos"
-    assert _r(env="doom:deadly_corridor", action_set="buttons").env_args["action_set"] == "buttons"
-    assert _r(env="doom:my_way_home", action_set="combos").env_args["action_set"] == "combos"
-    with pytest.raises(ConfigError, match="'action_set'.*doom envs only"):
-        _r("vector", env="CartPole-v1", action_set="combos")
+    assert _r(env="doom:deadly_corridor", **_o(action_set="buttons")).env_args["action_set"] == "buttons"
+    assert _r(env="doom:my_way_home", **_o(action_set="combos")).env_args["action_set"] == "combos"
+    with pytest.raises(ConfigError, match="'env_options.action_set'.*doom envs only"):
+        _r("vector", env="CartPole-v1", **_o(action_set="combos"))
     # a run saved before the switch trained one button per action, whatever
     # a scenario's default has become since
     old = Config.from_dict({"env": "doom:deadly_corridor"}, saved_run=True)
-    assert old.action_set == "buttons"
+    assert old.env_option("action_set") == "buttons"
     assert resolve(old.validate()).env_args["action_set"] == "buttons"
-    assert Config.from_dict({"env": "CartPole-v1"}, saved_run=True).action_set is None
-    assert Config(env="doom:basic").pinned(_r()).action_set == "buttons"
+    assert Config.from_dict({"env": "CartPole-v1"}, saved_run=True).env_option("action_set") is None
+    assert Config(env="doom:basic").pinned(_r()).env_option("action_set") == "buttons"
 
 
 def test_view_is_doom_only_band_on_defend_the_line_and_an_old_saved_run_keeps_the_full_frame():
     assert _r().env_args["view"] == "full"
     # defend_the_line's default: the horizon band; a flag still wins
     assert _r(env="doom:defend_the_line").env_args["view"] == "band"
-    assert _r(env="doom:defend_the_line", view="full").env_args["view"] == "full"
-    assert _r(env="doom:basic", view="band").env_args["view"] == "band"
-    with pytest.raises(ConfigError, match="'view'.*doom envs only"):
-        _r("vector", env="CartPole-v1", view="band")
+    assert _r(env="doom:defend_the_line", **_o(view="full")).env_args["view"] == "full"
+    assert _r(env="doom:basic", **_o(view="band")).env_args["view"] == "band"
+    with pytest.raises(ConfigError, match="'env_options.view'.*doom envs only"):
+        _r("vector", env="CartPole-v1", **_o(view="band"))
     # a run saved before the switch trained on the whole frame
     old = Config.from_dict({"env": "doom:defend_the_line"}, saved_run=True)
-    assert old.view == "full" and resolve(old.validate()).env_args["view"] == "full"
-    assert Config.from_dict({"env": "CartPole-v1"}, saved_run=True).view is None
-    assert Config(env="doom:defend_the_line").pinned(_r(env="doom:defend_the_line")).view == "band"
+    assert old.env_option("view") == "full" and resolve(old.validate()).env_args["view"] == "full"
+    assert Config.from_dict({"env": "CartPole-v1"}, saved_run=True).env_option("view") is None
+    pinned = Config(env="doom:defend_the_line").pinned(_r(env="doom:defend_the_line"))
+    assert pinned.env_option("view") == "band"
+
+
+def test_atari_options_are_the_familys_defaults_and_atari_only():
+    """noop_max and terminal_on_life_loss reach every Atari env (30, off);
+    repeat_action_probability only where set (the id's own otherwise); a
+    Doom or gym env refuses them, naming the option, the env and its own."""
+    args = _r(env="ALE/Pong-v5").env_args
+    assert (args["noop_max"], args["terminal_on_life_loss"]) == (30, False)
+    assert "repeat_action_probability" not in args
+    set_ = _r(env="ALE/Pong-v5", **_o(noop_max=0, repeat_action_probability=0.0)).env_args
+    assert (set_["noop_max"], set_["repeat_action_probability"]) == (0, 0.0)
+    with pytest.raises(ConfigError, match=r"'env_options.noop_max' = 0: applies to atari envs "
+                                          r"only; doom:basic is a doom env \(doom envs take "
+                                          r"health_reward, ammo_reward, action_set, view\)"):
+        Config(**_o(noop_max=0)).validate()
+    assert "noop_max" not in _r().env_args and "noop_max" not in _r("vector", env="CartPole-v1").env_args
+    pinned = Config(env="ALE/Pong-v5").pinned(_r(env="ALE/Pong-v5"))
+    assert pinned.env_options == {"noop_max": 30, "terminal_on_life_loss": False}
+
+
+def test_the_family_records_are_the_one_list_of_env_options():
+    by_name = env_options_by_name()
+    assert set(by_name) == {"health_reward", "ammo_reward", "action_set", "view", "noop_max",
+                            "terminal_on_life_loss", "repeat_action_probability"}
+    for name, (family, option) in by_name.items():
+        assert option.name == name and name in family.options
+        assert not hasattr(Config, name)           # an option is not a field too
+    assert {f.name for f in FAMILIES if f.options} == {"doom", "atari"}
+
+
+@pytest.mark.parametrize("env,options,message", [
+    ("doom:basic", {"fov": 90}, "'env_options.fov' = 90: doom:basic (a doom env) has no such option; "
+                                "doom envs take health_reward, ammo_reward, action_set, view"),
+    ("CartPole-v1", {"view": "band"}, "'env_options.view' = 'band': applies to doom envs only; "
+                                      "CartPole-v1 is a gym env (gym envs take no options)"),
+    ("doom:basic", {"view": "wide"}, "'env_options.view' = 'wide': choose one of full, band"),
+    ("doom:basic", {"action_set": "all"}, "'env_options.action_set' = 'all': choose one of buttons, combos"),
+    ("doom:basic", {"health_reward": -1.0}, "'env_options.health_reward' = -1.0: must be in [0.0, 1000.0]"),
+    ("doom:basic", {"health_reward": float("nan")}, "'env_options.health_reward' = nan: must be a finite number"),
+    ("doom:basic", {"ammo_reward": "lots"}, "'env_options.ammo_reward' = 'lots': must be a number"),
+    ("doom:basic", {"ammo_reward": float("inf")}, "'env_options.ammo_reward' = inf: must be a finite number"),
+    ("ALE/Pong-v5", {"noop_max": -1}, "'env_options.noop_max' = -1: must be in [0, 1000]"),
+    ("ALE/Pong-v5", {"noop_max": 2.5}, "'env_options.noop_max' = 2.5: must be an integer"),
+    ("ALE/Pong-v5", {"repeat_action_probability": 1.5},
+     "'env_options.repeat_action_probability' = 1.5: must be in [0.0, 1.0]"),
+    ("ALE/Pong-v5", {"terminal_on_life_loss": 1}, "'env_options.terminal_on_life_loss' = 1: must be true or false"),
+    ("doom:basic", ["view"], "'env_options' = ['view']: must be a table of option = value"),
+])
+def test_bad_env_options_name_the_option_the_env_and_what_it_takes(env, options, message):
+    with pytest.raises(ConfigError) as e:
+        Config(env=env, env_options=options).validate()
+    assert str(e.value).startswith("config field " + message), str(e.value)
 
 
 def test_net_kwargs_honour_or_reject_spec_fields():
@@ -207,27 +279,17 @@ def test_net_kwargs_honour_or_reject_spec_fields():
         ("log_interval", float("inf")),
         ("reward_scale", float("inf")),
         ("entropy_beta", float("inf")),
-        ("value_coef", float("inf")),
         ("max_grad_norm", float("nan")),
         ("total_seconds", float("-inf")),
         ("target_reward", float("inf")),
         ("lr", 2.0),
         ("seed", -1),
         ("seed", 2**40),
-        ("noop_max", -1),
-        ("repeat_action_probability", 1.5),
         ("checkpoint_interval", -5.0),
-        ("reward_window", 0),
         ("lstm_size", 0),
         ("env", " "),
-        ("max_skipped_updates", -1),
         ("merge_below", -1.0),
-        ("health_reward", -1.0),
-        ("health_reward", float("nan")),
-        ("ammo_reward", -0.5),
-        ("ammo_reward", float("inf")),
-        ("action_set", "all"),
-        ("view", "wide"),
+        ("env_options", "view=band"),
     ],
 )
 def test_bad_values_name_the_field(field, value):
@@ -260,6 +322,10 @@ def test_toml_errors(tmp_path):
     p.write_text("[a3c]\nt_max = 5\nlr = 1\n")
     c = Config.from_toml(str(p))
     assert c.t_max == 5 and c.lr == 1.0
+    # a file's bad value is an error even where the command line replaces it
+    p.write_text('tensorboard = "yes"\n')
+    with pytest.raises(ConfigError, match="'tensorboard'"):
+        Config.from_toml(str(p), overrides={"tensorboard": False})
 
 
 def test_lr_anneal_over_total_steps_needs_total_steps():
@@ -268,9 +334,8 @@ def test_lr_anneal_over_total_steps_needs_total_steps():
     # its own horizon needs no budget
     Config(lr_anneal=True, total_steps=0).validate()
     Config(total_steps=0, lr_anneal_steps=0).validate()   # default (unset): no error
-    for field, bad in (("lr_anneal_floor", 1.5), ("lr_anneal_floor", -0.1), ("lr_anneal_steps", -1)):
-        with pytest.raises(ConfigError, match=f"'{field}'"):
-            Config(**{field: bad}).validate()
+    with pytest.raises(ConfigError, match="'lr_anneal_steps'"):
+        Config(lr_anneal_steps=-1).validate()
 
 
 def test_shipped_config_files_load():
@@ -292,7 +357,8 @@ def test_shipped_config_files_load():
     for name in ("lr", "amsgrad", "anneal_steps"):
         assert getattr(rb, name) == getattr(rd, name), name
     pong = Config.from_toml(str(root / "pong.toml"))
-    assert (pong.env, pong.repeat_action_probability, pong.total_seconds) == ("ALE/Pong-v5", 0.0, 3600.0)
+    assert (pong.env, pong.total_seconds) == ("ALE/Pong-v5", 3600.0)
+    assert pong.env_options == {"repeat_action_probability": 0.0}       # its [env_options] table
 
 
 def test_obs_norm_default_is_on_for_doom_and_atari_images_only():
@@ -338,24 +404,102 @@ def test_a_saved_run_fills_the_fields_it_predates_from_one_table():
     """A saved config that lacks a field gets SAVED_RUN_DEFAULTS' value (what
     the run trained with), a new config today's default; a field the saved
     config sets is kept."""
-    doom, _ = _saved(env="doom:basic")
+    doom, ignored = _saved(env="doom:basic")
     assert (doom.merge_below, doom.obs_norm, doom.self_imitation) == (0.0, False, False)
-    assert (doom.action_set, doom.view) == ("buttons", "full")
-    assert (doom.lr_anneal_steps, doom.lr_anneal_floor) == (1_000_000, 0.1)   # anneal unset
+    assert doom.env_options == {"action_set": "buttons", "view": "full"}
+    assert doom.lr_anneal_steps == 1_000_000 and ignored == []      # anneal unset
     cart, _ = _saved(env="CartPole-v1")
     assert (cart.merge_below, cart.obs_norm, cart.self_imitation) == (0.0, False, False)
-    assert (cart.action_set, cart.view) == (None, None)             # not a Doom run
-    annealed, _ = _saved(env="CartPole-v1", lr_anneal=True)
-    assert (annealed.lr_anneal_steps, annealed.lr_anneal_floor) == (0, 0.0)
-    kept, _ = _saved(env="doom:deadly_corridor", merge_below=6.0, obs_norm=True,
-                     action_set="combos", view="band", lr_anneal=True, lr_anneal_steps=500,
-                     lr_anneal_floor=0.2)
-    assert (kept.merge_below, kept.obs_norm, kept.action_set, kept.view) == (
-        6.0, True, "combos", "band")
-    assert (kept.lr_anneal_steps, kept.lr_anneal_floor) == (500, 0.2)
+    assert cart.env_options == {}                                   # not a Doom run
+    # annealed to 0 over total_steps: the floor is 0.1 now, and the run is told
+    annealed, ignored = _saved(env="CartPole-v1", lr_anneal=True)
+    assert annealed.lr_anneal_steps == 0 and ignored == ["lr_anneal_floor"]
+    kept, ignored = _saved(env="doom:deadly_corridor", merge_below=6.0, obs_norm=True,
+                           env_options={"action_set": "combos", "view": "band"}, lr_anneal=True,
+                           lr_anneal_steps=500, lr_anneal_floor=0.1)
+    assert (kept.merge_below, kept.obs_norm, kept.env_options) == (
+        6.0, True, {"action_set": "combos", "view": "band"})
+    assert kept.lr_anneal_steps == 500 and ignored == []
     new = Config.from_dict({"env": "doom:basic"})
-    assert (new.merge_below, new.obs_norm, new.action_set) == (8.0, None, None)
-    assert set(SAVED_RUN_DEFAULTS) <= {f for f in Config.__dataclass_fields__}
+    assert (new.merge_below, new.obs_norm, new.env_options) == (8.0, None, {})
+    assert set(SAVED_RUN_DEFAULTS) <= set(Config.__dataclass_fields__) | set(REMOVED_FIELDS)
+
+
+#: a doom:defend_the_line run's config.toml as versions before env_options
+#: wrote it (the fields that became constants and every env option at the
+#: top level, Atari's included), its unchanged fields left out
+OLD_SAVED_CONFIG = """env = "doom:defend_the_line"
+total_steps = 300000
+reward_window = 100
+lr_anneal_floor = 0.1
+value_coef = 0.5
+max_skipped_updates = 100
+noop_max = 30
+terminal_on_life_loss = false
+# repeat_action_probability = (unset)
+health_reward = 0.0
+ammo_reward = 0.0
+action_set = "buttons"
+view = "band"
+"""
+
+
+def test_a_saved_run_with_top_level_env_options_resumes_with_the_same_ones(tmp_path):
+    """Its Doom options move into env_options, Atari's (which never applied
+    to a Doom env) and the constants it held are dropped silently; the env
+    is built as it was, and a flag still overrides one option."""
+    p = tmp_path / "config.toml"
+    p.write_text(OLD_SAVED_CONFIG)
+    ignored = []
+    c = Config.from_toml(str(p), saved_run=True, ignored=ignored)
+    assert ignored == []
+    assert c.env_options == {"health_reward": 0.0, "ammo_reward": 0.0, "action_set": "buttons",
+                             "view": "band"}
+    assert resolve(c).env_args == {"frame_skip": 4, "env_process": False, "health_reward": 0.0,
+                                   "ammo_reward": 0.0, "action_set": "buttons", "view": "band"}
+    # what --resume RUN --view full reads: the flag's option over the saved ones
+    flagged = Config.from_toml(str(p), saved_run=True, overrides={"env_options": {"view": "full"}})
+    assert flagged.env_option("view") == "full" and flagged.env_option("action_set") == "buttons"
+    # today's config.toml of the same run reads back the same
+    again = tmp_path / "again.toml"
+    again.write_text(c.to_toml())
+    assert tomllib.loads(again.read_text())["env_options"] == c.env_options     # an inline table
+    assert "\nview =" not in again.read_text()
+    assert Config.from_toml(str(again), saved_run=True) == c
+
+
+def test_a_toml_sets_env_options_in_a_table_or_at_the_top_level(tmp_path):
+    """``[env_options]`` (or ``[a3c.env_options]``), or the top-level keys
+    of configs before it; the two forms of one option together are an error."""
+    p = tmp_path / "c.toml"
+    p.write_text('env = "doom:defend_the_line"\n\n[env_options]\nview = "full"\nhealth_reward = 1\n')
+    c = Config.from_toml(str(p))
+    assert c.env_options == {"view": "full", "health_reward": 1.0}
+    assert type(c.env_option("health_reward")) is float          # TOML's 1, as lr = 1 is 1.0
+    p.write_text('[a3c]\nenv = "doom:basic"\n\n[a3c.env_options]\naction_set = "combos"\n')
+    assert Config.from_toml(str(p)).env_options == {"action_set": "combos"}
+    p.write_text('env = "doom:defend_the_line"\nview = "full"\nhealth_reward = 1\n')
+    assert Config.from_toml(str(p)).env_options == {"view": "full", "health_reward": 1.0}
+    p.write_text('env = "ALE/Pong-v5"\nrepeat_action_probability = 0.0\nnoop_max = 0\n')
+    assert Config.from_toml(str(p)).env_options == {"repeat_action_probability": 0.0, "noop_max": 0}
+    # an option of another family: dropped where it holds that family's
+    # default (it never applied), else refused by name
+    p.write_text('env = "CartPole-v1"\nnoop_max = 30\nterminal_on_life_loss = false\n')
+    assert Config.from_toml(str(p)).env_options == {}
+    p.write_text('env = "CartPole-v1"\nview = "band"\n')
+    with pytest.raises(ConfigError, match="'env_options.view' = 'band': applies to doom envs only"):
+        Config.from_toml(str(p))
+    p.write_text('env = "doom:basic"\nview = "band"\n[env_options]\nview = "full"\n')
+    with pytest.raises(ConfigError, match=f"{p}: env option 'view' is set twice"):
+        Config.from_toml(str(p))
+    p.write_text('env = "doom:basic"\n[env_options]\nview = "wide"\n')
+    with pytest.raises(ConfigError, match="'env_options.view' = 'wide': choose one of full, band"):
+        Config.from_toml(str(p))
+    # the command line's env options add to the file's, on the final env
+    p.write_text('[env_options]\nnoop_max = 0\n')
+    c = Config.from_toml(str(p), overrides={"env": "ALE/Pong-v5",
+                                            "env_options": {"terminal_on_life_loss": True}})
+    assert c.env_options == {"noop_max": 0, "terminal_on_life_loss": True}
 
 
 def test_the_removed_optimizers_are_named_and_their_runs_cannot_resume(tmp_path):
@@ -408,15 +552,17 @@ def test_a_run_saved_before_the_anneal_horizon_keeps_its_schedule_on_resume(tmp_
     uses the new fields' defaults, and an old run without the anneal stays off."""
     old = tmp_path / "config.toml"
     old.write_text('env = "CartPole-v1"\nlr_anneal = true\ntotal_steps = 5000000\n')
-    c = Config.from_toml(str(old), saved_run=True)
-    assert (c.lr_anneal_steps, c.lr_anneal_floor) == (0, 0.0)
+    ignored = []
+    c = Config.from_toml(str(old), saved_run=True, ignored=ignored)
+    assert c.lr_anneal_steps == 0 and ignored == ["lr_anneal_floor"]   # to 0.1 x lr now, not 0
     assert resolve(c, "vector").anneal_steps == 5_000_000
     fresh = Config.from_toml(str(old))                      # a user's config file
-    assert (fresh.lr_anneal_steps, fresh.lr_anneal_floor) == (1_000_000, 0.1)
+    assert fresh.lr_anneal_steps == 1_000_000
     new = tmp_path / "new.toml"
     new.write_text('lr_anneal = true\nlr_anneal_steps = 2000\nlr_anneal_floor = 0.5\n')
-    c2 = Config.from_toml(str(new), saved_run=True)
-    assert (c2.lr_anneal_steps, c2.lr_anneal_floor) == (2000, 0.5)
+    ignored = []
+    c2 = Config.from_toml(str(new), saved_run=True, ignored=ignored)
+    assert c2.lr_anneal_steps == 2000 and ignored == ["lr_anneal_floor"]
     off = tmp_path / "off.toml"
     off.write_text("lr_anneal = false\n")
     assert resolve(Config.from_toml(str(off), saved_run=True)).anneal_steps == 0
@@ -424,7 +570,7 @@ def test_a_run_saved_before_the_anneal_horizon_keeps_its_schedule_on_resume(tmp_
 
 @pytest.mark.parametrize("name", sorted(REMOVED_FIELDS))
 def test_a_removed_field_in_a_new_config_is_an_error_naming_it(tmp_path, name):
-    value = True if name == "cross_episode" else 0.1
+    value = True if name == "cross_episode" else 0.3       # not the constant a field became
     with pytest.raises(ConfigError, match=f"config field '{name}' was removed: "):
         Config.from_dict({"env": "CartPole-v1", name: value})
     p = tmp_path / "c.toml"
@@ -437,7 +583,7 @@ def test_a_removed_field_in_a_new_config_is_an_error_naming_it(tmp_path, name):
 
 @pytest.mark.parametrize("name", sorted(REMOVED_FIELDS))
 def test_a_removed_field_in_a_saved_run_is_ignored_and_reported(tmp_path, name):
-    value = True if name == "cross_episode" else 0.1
+    value = True if name == "cross_episode" else 0.3       # not the constant a field became
     c, ignored = _saved(env="CartPole-v1", lr=3e-4, **{name: value})
     assert ignored == [name]
     assert (c.env, c.lr) == ("CartPole-v1", 3e-4)
@@ -450,6 +596,17 @@ def test_a_removed_field_in_a_saved_run_is_ignored_and_reported(tmp_path, name):
     assert Config.from_toml(str(p), saved_run=True).env == "CartPole-v1"
 
 
+@pytest.mark.parametrize("name", sorted(REMOVED_TO_CONSTANTS))
+def test_a_saved_run_that_held_a_removed_fields_constant_resumes_silently(name):
+    """reward_window, max_skipped_updates, lr_anneal_floor and value_coef
+    became constants; every config.toml wrote them, and one that holds the
+    constant resumes as it trained, with nothing to report."""
+    c, ignored = _saved(env="CartPole-v1", **{name: REMOVED_TO_CONSTANTS[name]})
+    assert ignored == [] and c.env == "CartPole-v1"
+    with pytest.raises(ConfigError, match=f"config field '{name}' was removed: "):
+        Config.from_dict({name: REMOVED_TO_CONSTANTS[name]})         # a new config: an error
+
+
 def test_a_removed_flag_names_itself_and_why():
     assert removed_flag(["--env", "CartPole-v1", "--entropy-target", "0.1"]) == (
         "--entropy-target was removed: " + REMOVED_FIELDS["entropy_target"])
@@ -458,4 +615,9 @@ def test_a_removed_flag_names_itself_and_why():
     assert removed_flag(["--cross-episode"]).startswith("--cross-episode was removed: ")
     assert removed_flag(["--min-rollout", "20"]).startswith("--min-rollout was removed: ")
     assert removed_flag(["--exploration", "rnd"]).startswith("--exploration was removed: ")
+    assert removed_flag(["--value-coef", "1"]) == (
+        "--value-coef was removed: the A3C value-loss weight; --value-coef 1 on "
+        "doom:defend_the_line ended level with 0.5 (avg1000 29.59 against 29.25)")
+    for flag in ("--reward-window=10", "--max-skipped-updates", "--lr-anneal-floor"):
+        assert removed_flag([flag, "0"]).startswith(flag.split("=")[0] + " was removed: ")
     assert removed_flag(["--env", "CartPole-v1", "--merge-below", "0"]) is None

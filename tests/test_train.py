@@ -191,10 +191,10 @@ def test_worker_exception_stops_run_and_checkpoints(tmp_path, monkeypatch):
 
 
 def test_target_reward_stop_records_the_average_that_met_it(tmp_path):
-    # random CartPole play averages ~22, so a target of 15 over 10 episodes is met at once
+    # random CartPole play averages ~22, so a target of 15 over 100 episodes is met at once
     cfg = Config(env="CartPole-v1", workers=2, total_steps=1_000_000, quiet=True,
                  tensorboard=False, checkpoint_interval=0, target_reward=15.0,
-                 reward_window=10, run_dir=str(tmp_path / "run"))
+                 run_dir=str(tmp_path / "run"))
     res = Trainer(cfg).run()
     summary = json.load(open(os.path.join(str(tmp_path / "run"), "summary.json")))
     assert summary["stop_reason"] == "target_reward"
@@ -202,7 +202,7 @@ def test_target_reward_stop_records_the_average_that_met_it(tmp_path):
     # the window that met the target, not the final one (episodes in flight at the stop
     # still land after it): its own average, at or before the run's end
     assert hit["moving_avg"] >= 15.0
-    assert 0 < hit["steps"] <= res.steps and 10 <= hit["episodes"] <= res.episodes
+    assert 0 < hit["steps"] <= res.steps and 100 <= hit["episodes"] <= res.episodes
     assert hit["seconds"] <= res.seconds
     # a run that stops for another reason records none
     cfg2 = Config(env="CartPole-v1", workers=1, total_steps=300, quiet=True, tensorboard=False,
@@ -299,25 +299,54 @@ def test_resume_with_mismatched_env_is_refused_and_keeps_checkpoint(tmp_path, ca
     assert open(path, "rb").read() == before
 
 
+def test_a_config_toml_with_top_level_env_options_resumes_with_them(tmp_path, capsys):
+    """A run's config.toml as versions before ``env_options`` wrote it (each
+    env option, Atari's too, and the fields that became constants at the top
+    level): ``--resume`` builds the env with the options it trained with
+    (the full frame, not defend_the_line's band: a checkpoint error
+    otherwise), with nothing to report, and writes today's form back."""
+    run = str(tmp_path / "run")
+    assert main(["train", "--env", "doom:defend_the_line", "--view", "full", "--workers", "1",
+                 "--total-steps", "100", "--quiet", "--no-tensorboard", "--run-dir", run]) == 0
+    conf = os.path.join(run, "config.toml")
+    lines = [line for line in open(conf).read().splitlines()
+             if not line.startswith("env_options =")]
+    lines += ["noop_max = 30", "terminal_on_life_loss = false", "health_reward = 0.0",
+              "ammo_reward = 0.0", 'action_set = "buttons"', 'view = "full"',
+              "reward_window = 100", "max_skipped_updates = 100", "lr_anneal_floor = 0.1",
+              "value_coef = 0.5"]
+    with open(conf, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main(["train", "--resume", run, "--total-steps", "200", "--quiet"]) == 0
+    out = capsys.readouterr()
+    assert "ignored" not in out.out and "error" not in out.err, out
+    assert load_checkpoint(run).env_spec["view"] == "full"
+    assert Config.from_toml(conf, saved_run=True).env_options == {
+        "health_reward": 0.0, "ammo_reward": 0.0, "action_set": "buttons", "view": "full"}
+    assert "\nview =" not in open(conf).read()            # in env_options now
+
+
 def test_resume_with_a_larger_budget_anneals_over_it(tmp_path):
     """--lr-anneal with --lr-anneal-steps 0 decays over the config's
     total_steps: a run resumed with a larger --total-steps anneals over the
-    new budget (its learning rate is not stuck at 0 past the old one), and
-    one resumed without the anneal trains at the constant rate; the step
-    count comes from the checkpoint, the horizon and floor from the config."""
+    new budget (its learning rate is not held at the floor past the old
+    one), and one resumed without the anneal trains at the constant rate;
+    the step count comes from the checkpoint, the horizon from the config,
+    the floor is 0.1 x lr."""
     run = str(tmp_path / "run")
     base = ["--env", "CartPole-v1", "--workers", "1", "--quiet", "--no-tensorboard"]
     assert main(["train", *base, "--total-steps", "200", "--lr-anneal", "--lr-anneal-steps", "0",
-                 "--lr-anneal-floor", "0", "--run-dir", run]) == 0
+                 "--run-dir", run]) == 0
     ck = load_checkpoint(run)
     assert ck.meta["optimizer_scalars"]["anneal_steps"] == 200
-    assert ck.meta["optimizer_scalars"]["anneal_floor"] == 0.0
-    assert ck.meta["counters"]["steps"] >= 200          # lr is 0 from here on at 200
+    assert ck.meta["optimizer_scalars"]["anneal_floor"] == pytest.approx(0.1)
+    assert ck.meta["counters"]["steps"] >= 200          # lr is at its floor from here on at 200
     assert main(["train", "--resume", run, "--total-steps", "1000", "--quiet"]) == 0
     ck2 = load_checkpoint(run)
     assert ck2.meta["optimizer_scalars"]["anneal_steps"] == 1000
     assert ck2.meta["optimizer_scalars"]["step"] > ck.meta["optimizer_scalars"]["step"]
-    assert not np.array_equal(ck2.params, ck.params)   # lr > 0 again: the weights moved
+    assert not np.array_equal(ck2.params, ck.params)   # the weights moved
     params_before = ck2.params.copy()
     assert main(["train", "--resume", run, "--total-steps", "1200", "--no-lr-anneal",
                  "--quiet"]) == 0
@@ -326,16 +355,16 @@ def test_resume_with_a_larger_budget_anneals_over_it(tmp_path):
     assert not np.array_equal(ck3.params, params_before)   # lr > 0: the weights moved
     # a fixed horizon (the default form) does not follow the budget on resume
     assert main(["train", "--resume", run, "--total-steps", "1400", "--lr-anneal",
-                 "--lr-anneal-steps", "5000", "--lr-anneal-floor", "0.2", "--quiet"]) == 0
+                 "--lr-anneal-steps", "5000", "--quiet"]) == 0
     ck4 = load_checkpoint(run)
     assert ck4.meta["optimizer_scalars"]["anneal_steps"] == 5000
-    assert ck4.meta["optimizer_scalars"]["anneal_floor"] == pytest.approx(0.2)
+    assert ck4.meta["optimizer_scalars"]["anneal_floor"] == pytest.approx(0.1)
 
 
 @pytest.mark.parametrize("extra, want", [
     ({}, (False, 1e-4, 1_000_000, 0.1)),                     # doom-lstm defaults
     ({"total_steps": 0, "total_seconds": 60.0}, (False, 1e-4, 1_000_000, 0.1)),  # budget-free
-    ({"lr_anneal_steps": 0, "lr_anneal_floor": 0.0}, (False, 1e-4, 50_000, 0.0)),  # the paper's
+    ({"lr_anneal_steps": 0}, (False, 1e-4, 50_000, 0.1)),      # over the run's budget
     ({"lr_anneal": False, "adam_amsgrad": True, "lr": 2e-4}, (True, 2e-4, 0, 0.1)),
     ({"spec": "doom-ff"}, (False, 1e-4, 0, 0.1)),
 ])

@@ -7,8 +7,10 @@ record for an id; :func:`~a3c_core.envs.make_env` builds through it; the
 config's ``auto`` values (network, frame skip, observation and reward
 treatment, bootstrapping at time limits, env processes, learning rate) are
 read from :attr:`EnvFamily.defaults` by one function,
-:func:`a3c_core.train.config.resolve`.  Nothing outside ``envs/`` asks which
-family an id belongs to.
+:func:`a3c_core.train.config.resolve`; the options a config's
+``env_options`` may set on an env are its record's :attr:`EnvFamily.options`
+(:class:`EnvOption`: type, range, help).  Nothing outside ``envs/`` asks
+which family an id belongs to.
 
 Adding a family is one record (plus its adapter module)::
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Callable, Mapping, Optional
@@ -34,7 +37,7 @@ from . import doom as _doom
 from . import gym as _gym
 from .base import Env
 
-__all__ = ["Tuning", "Defaults", "EnvFamily", "FAMILIES", "UnknownEnvId", "family_of",
+__all__ = ["Tuning", "Defaults", "EnvOption", "EnvFamily", "FAMILIES", "UnknownEnvId", "family_of",
            "family_named", "register_family", "supported_forms"]
 
 
@@ -77,6 +80,10 @@ class Defaults:
     frame_size: Optional[int] = None
     action_set: str = "buttons"            #: Doom: one button per action, or their combos
     view: str = "full"                     #: Doom: the whole frame, or its horizon band
+    noop_max: int = _atari.DEFAULT_NOOP_MAX    #: Atari: no-op actions at an episode's start
+    terminal_on_life_loss: bool = False    #: Atari: a lost life ends the episode for learning
+    #: Atari: the sticky-action probability (None: the id's own)
+    repeat_action_probability: Optional[float] = None
     self_imitation: bool = False           #: replay each worker's best episodes (SIL)
     #: envs a worker steps in lockstep (1: the A3C paper's worker)
     envs_per_worker: int = 1
@@ -91,18 +98,57 @@ class Defaults:
 
 
 @dataclass(frozen=True)
+class EnvOption:
+    """One option a family's envs take: a keyword of its ``build`` that a
+    config's ``env_options`` (and the ``a3c train`` flag of the same name)
+    sets.  ``kind`` is bool, int, float or str; ``bounds`` the inclusive
+    range of a number, ``choices`` the values a string takes.  Where a
+    config leaves it unset the env gets its family's (or scenario's)
+    :class:`Defaults` field of the same name, if there is one."""
+
+    name: str
+    kind: type
+    help: str                                   #: the ``a3c train --help`` text
+    bounds: Optional[tuple] = None
+    choices: tuple = ()
+
+    def problem(self, value) -> Optional[str]:
+        """Why ``value`` is not one this option takes (None when it is one)."""
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if self.kind is bool and not isinstance(value, bool):
+            return "must be true or false"
+        if self.kind is int and not (number and isinstance(value, int)):
+            return "must be an integer"
+        if self.kind is float and not number:
+            return "must be a number"
+        if self.kind is float and not math.isfinite(value):
+            return "must be a finite number"
+        if self.kind is str and not isinstance(value, str):
+            return "must be a string"
+        if self.bounds is not None and not self.bounds[0] <= value <= self.bounds[1]:
+            return f"must be in [{self.bounds[0]}, {self.bounds[1]}]"
+        if self.choices and value not in self.choices:
+            return f"choose one of {', '.join(self.choices)}"
+        return None
+
+
+def _options(*options: EnvOption) -> Mapping[str, EnvOption]:
+    return _frozen({o.name: o for o in options})
+
+
+@dataclass(frozen=True)
 class EnvFamily:
     """One family of env ids.
 
     ``build(env_id, *, seed, frame_skip, runtime_dir, render, **options)``
     returns an :class:`~a3c_core.envs.base.Env` (whose spec's ``kind`` is
-    the family's ``name``); ``options`` names the
-    :class:`~a3c_core.train.config.Config` fields handed to it (with
-    ``exclusive_options``, another family's env rejects them: a ConfigError
-    naming the field; without, they are ignored there); ``spec_options``
-    maps each option the env's spec records (it changes the env's actions
-    or observations, so a checkpoint's env is rebuilt with it) to the value
-    a spec or saved config from before it was recorded implies;
+    the family's ``name``); ``options`` are the :class:`EnvOption` records,
+    by name, of what a config's ``env_options`` may set on its envs (the one
+    list: another option is a ConfigError naming it, the env and these);
+    ``spec_options`` maps each option the env's spec records (it changes
+    the env's actions or observations, so a checkpoint's env is rebuilt
+    with it) to the value a spec or saved config from before it was
+    recorded implies;
     ``scenarios`` maps a scenario name (the id after ``prefix:``) to the
     :class:`Defaults` fields it changes; ``env_memory_mb`` is one env's
     resident memory (its engine process included), for the trainer's
@@ -114,8 +160,7 @@ class EnvFamily:
     matches: Callable[[str], bool]
     build: Callable[..., Env]
     defaults: Defaults = field(default_factory=Defaults)
-    options: tuple = ()
-    exclusive_options: bool = False
+    options: Mapping[str, EnvOption] = field(default_factory=lambda: _frozen({}))
     spec_options: Mapping[str, object] = field(default_factory=lambda: _frozen({}))
     scenarios: Mapping[str, Mapping] = field(default_factory=lambda: _frozen({}))
     env_memory_mb: float = 4.0
@@ -191,8 +236,24 @@ DOOM = EnvFamily(
                       truncation_bootstrap=False,
                       network=_frozen({"image": "doom-lstm"}),
                       tuning=_frozen({"doom-lstm": IMAGE_TUNING})),
-    options=("health_reward", "ammo_reward", "action_set", "view"),
-    exclusive_options=True,
+    options=_options(
+        EnvOption("health_reward", float, "Doom: add this x the step's change in the player's "
+                  "HEALTH to the learning reward (logged scores stay the scenario's own); "
+                  "default: the scenario's, 1 for health_gathering and "
+                  "health_gathering_supreme, else 0 = off", bounds=(0.0, 1000.0)),
+        EnvOption("ammo_reward", float, "Doom: add this x the step's change in the selected "
+                  "weapon's ammo to the learning reward, so a shot costs at once (logged "
+                  "scores stay the scenario's own); default: the scenario's, 0.5 for "
+                  "defend_the_center, else 0 = off", bounds=(0.0, 1000.0)),
+        EnvOption("action_set", str, "Doom: buttons (one action per button of the scenario's "
+                  "cfg, one pressed at a time: the scenario as shipped) or combos (one action "
+                  "per combination of a turn, a move, a strafe and each other button); "
+                  "default: the scenario's, combos on doom:deadly_corridor, else buttons",
+                  choices=_doom.ACTION_SETS),
+        EnvOption("view", str, "Doom: full (the whole frame, resized to 84x84) or band (the "
+                  "frame's middle 60 rows, where the horizon is, at its full width: 42x160); "
+                  "default: the scenario's, band on doom:defend_the_line, else full",
+                  choices=tuple(_doom.VIEWS))),
     # what a run saved before its spec recorded them trained with: one action
     # per button of the scenario's cfg, the whole frame
     spec_options=_frozen({"action_set": "buttons", "view": "full"}),
@@ -256,7 +317,14 @@ ATARI = EnvFamily(
                       normalize_advantages=False, env_process=True,
                       network=_frozen({"image": "atari-lstm"}),
                       tuning=_frozen({"atari-lstm": Tuning(adam_lr=1e-4)})),
-    options=("noop_max", "terminal_on_life_loss", "repeat_action_probability"),
+    options=_options(
+        EnvOption("noop_max", int, "Atari: up to this many no-op actions at the start of an "
+                  "episode (0 = off)", bounds=(0, 1000)),
+        EnvOption("terminal_on_life_loss", bool, "Atari: a lost life ends the episode for "
+                  "learning (scores still count whole games)"),
+        EnvOption("repeat_action_probability", float, "Atari: sticky-action probability "
+                  "(default: the id's, 0.25 for -v5, 0 for NoFrameskip-v4)",
+                  bounds=(0.0, 1.0))),
 )
 
 GYM = EnvFamily(

@@ -24,8 +24,8 @@ from a3c_core.core import SharedState, make_optimizer
 from a3c_core.core.normalize import AdvantageNormalizer, ReturnNormalizer
 from a3c_core.nn.network import build_network
 from a3c_core.obs import ObsPipeline, estimate_image_norm
-from a3c_core.train.config import (OPTIMIZER, REMOVED_FIELDS, Config, ConfigError, Resolved,
-                                   resolve, rollout_defaults)
+from a3c_core.train.config import (LR_ANNEAL_FLOOR, OPTIMIZER, REMOVED_FIELDS, VALUE_COEF, Config,
+                                   ConfigError, Resolved, resolve, rollout_defaults)
 from a3c_core.train.worker import RolloutSettings
 
 #: frames of random play ``obs_norm`` measures its mean frame and spread on
@@ -90,12 +90,12 @@ def _measure_image_norm(cfg: Config, env, pipe) -> dict:
 
 def _opt_kwargs(cfg: Config, r: Resolved, lr: float) -> dict:
     return dict(lr=lr, amsgrad=r.amsgrad, anneal_steps=r.anneal_steps,
-                anneal_floor=cfg.lr_anneal_floor)
+                anneal_floor=LR_ANNEAL_FLOOR)
 
 
 def _settings(cfg: Config, r: Resolved) -> RolloutSettings:
     return RolloutSettings(
-        t_max=cfg.t_max, gamma=cfg.gamma, gae_lambda=r.gae_lambda, value_coef=cfg.value_coef,
+        t_max=cfg.t_max, gamma=cfg.gamma, gae_lambda=r.gae_lambda, value_coef=VALUE_COEF,
         entropy_beta=r.entropy_beta, max_grad_norm=cfg.max_grad_norm,
         reward_scale=r.reward_scale, reward_clip=r.reward_clip,
         truncation_bootstrap=r.truncation_bootstrap,

@@ -5,6 +5,11 @@ field metadata; the ``a3c train`` command line is generated from it, a TOML
 file can set any field (``a3c train --config run.toml``), and command-line
 flags override the file.  :meth:`Config.validate` rejects bad values with a
 message that names the field.
+
+The options of one env family (Doom's view, Atari's no-op starts, ...) are
+not fields: ``env_options`` maps them by name, and the family's record
+(:attr:`a3c_core.envs.families.EnvFamily.options`) says which exist, what
+values each takes and its ``a3c train`` flag.
 """
 from __future__ import annotations
 
@@ -17,8 +22,7 @@ from dataclasses import dataclass, field, fields
 from typing import Optional
 
 from a3c_core.envs import unknown_id_error
-from a3c_core.envs.doom import ACTION_SETS, VIEWS
-from a3c_core.envs.families import FAMILIES, EnvFamily, UnknownEnvId, family_of
+from a3c_core.envs.families import FAMILIES, EnvFamily, EnvOption, UnknownEnvId, family_of
 from a3c_core.specs import SPECS, spec_options
 
 if sys.version_info >= (3, 11):
@@ -57,7 +61,31 @@ REMOVED_FIELDS = {
                        "another count",
     "advantage_horizon": "the advantages' running RMS averages over 20,000 samples; no run "
                          "measured another horizon",
+    "reward_window": "every figure and target is an average over 100 episodes (avg100, and "
+                     "avg1000 for the long one); no run measured another window",
+    "max_skipped_updates": "a run stops after 100 updates in a row skipped for non-finite "
+                           "gradients; no run measured another limit",
+    "lr_anneal_floor": "the anneal ends at 0.1 x lr so a longer run still learns; no run "
+                       "measured another floor",
+    "value_coef": "the A3C value-loss weight; --value-coef 1 on doom:defend_the_line ended level "
+                  "with 0.5 (avg1000 29.59 against 29.25)",
 }
+
+#: episodes in the short moving average of raw rewards (avg100: the progress
+#: line, ``target_reward``); the long one spans 10x as many
+REWARD_WINDOW = 100
+#: updates in a row skipped for non-finite gradients that stop a run
+MAX_SKIPPED_UPDATES = 100
+#: where ``lr_anneal`` ends, as a fraction of lr
+LR_ANNEAL_FLOOR = 0.1
+#: the weight of the value loss against the policy loss
+VALUE_COEF = 0.5
+
+#: the removed fields that became constants, with their value: a saved run
+#: that set one to it resumes silently (nothing changes); another value is
+#: ignored and reported like any removed field's
+REMOVED_TO_CONSTANTS = {"reward_window": REWARD_WINDOW, "max_skipped_updates": MAX_SKIPPED_UPDATES,
+                        "lr_anneal_floor": LR_ANNEAL_FLOOR, "value_coef": VALUE_COEF}
 
 #: the shared optimizer (Adam with shared moments); a checkpoint of a run
 #: that trained with another (rmsprop, sgd) cannot resume
@@ -67,30 +95,18 @@ OPTIMIZER = "adam"
 #: config (``Config.from_dict(saved_run=True)``, what ``--resume`` reads) that
 #: lacks the field gets this value instead of today's default, so the run
 #: resumes as it trained.  A callable gets the saved config and returns the
-#: value, or None to leave the default.
+#: value, or None to leave the default.  (The env options its family's spec
+#: records come from :attr:`EnvFamily.spec_options` the same way.)
 SAVED_RUN_DEFAULTS = {
     "merge_below": 0.0,             # rollouts ended with their episode (the A3C paper's)
     "obs_norm": False,              # raw frames
     "self_imitation": False,        # no replays
-    # the options an env family's spec records (Doom: one action per button
-    # of the scenario's cfg; the whole frame), where the run's family takes them
-    "action_set": lambda d: _saved_spec_option(d, "action_set"),
-    "view": lambda d: _saved_spec_option(d, "view"),
-    # lr_anneal on (the two fields came together): to 0 over total_steps
+    # lr_anneal on (the two fields came together): to 0 over total_steps; the
+    # floor is a constant now, so such a run resumes to LR_ANNEAL_FLOOR and
+    # is told that its lr_anneal_floor was ignored
     "lr_anneal_steps": lambda d: 0 if d.get("lr_anneal") is True else None,
     "lr_anneal_floor": lambda d: 0.0 if d.get("lr_anneal") is True else None,
 }
-
-
-def _saved_spec_option(d, name):
-    """The value of option ``name`` that saved config ``d``'s env trained with
-    before its family's spec recorded it (:attr:`EnvFamily.spec_options`);
-    None where that family records no such option."""
-    try:
-        family = family_of(str(d.get("env", Config.env)))
-    except ValueError:
-        return None
-    return family.spec_options.get(name)
 
 
 def removed_flag(argv) -> str | None:
@@ -112,6 +128,24 @@ def _f(default, help, **kw):
     return field(default=default, metadata={"help": help, **kw})
 
 
+def env_options_by_name() -> dict[str, tuple[EnvFamily, EnvOption]]:
+    """What some env's ``env_options`` may set: every env family's options,
+    by name, each with its family (the first where two share a name)."""
+    records = {}
+    for family in FAMILIES:
+        for name, option in family.options.items():
+            records.setdefault(name, (family, option))
+    return records
+
+
+def _env_options_help() -> str:
+    takes = "; ".join(f"{family.name}: {', '.join(family.options)}"
+                      for family in FAMILIES if family.options)
+    return (f"options of the env's family, by name ({takes}); each has its own flag "
+            "(--view band) and a TOML file sets them in an [env_options] table; an option "
+            "left out takes the family's or scenario's default")
+
+
 # Sane ranges: (low, high) inclusive; a value outside is an error naming the field.
 _RANGES = {
     "workers": (0, 256),
@@ -121,14 +155,10 @@ _RANGES = {
     "lstm_size": (1, 8192),
     "frame_size": (8, 512),
     "frame_skip": (1, 64),
-    "noop_max": (0, 1000),
-    "reward_window": (1, 1_000_000),
     "seed": (0, 2**32 - 1),
     "lr": (0.0, 1.0),
     "lr_anneal_steps": (0, 10**15),
-    "lr_anneal_floor": (0.0, 1.0),
     "entropy_beta": (0.0, 10.0),
-    "value_coef": (0.0, 1000.0),
     "max_grad_norm": (0.0, 1e9),
     "reward_scale": (0.0, 1e9),
     "reward_clip": (0.0, 1e9),
@@ -136,13 +166,9 @@ _RANGES = {
     "total_seconds": (0.0, 10 * 365 * 86400.0),
     "checkpoint_interval": (0.0, 7 * 86400.0),
     "log_interval": (0.01, 3600.0),
-    "max_skipped_updates": (0, 10**9),
     "env_restarts": (0, 10**6),
     "worker_restarts": (0, 10**6),
     "env_step_timeout": (0.0, 7 * 86400.0),
-    "repeat_action_probability": (0.0, 1.0),
-    "health_reward": (0.0, 1000.0),
-    "ammo_reward": (0.0, 1000.0),
 }
 
 @dataclass
@@ -162,12 +188,10 @@ class Config:
     gae_lambda: Optional[float] = _f(None, "GAE lambda, in [0, 1] (default: the family's, 1.0 = n-step returns as in the A3C paper; 0.95 on doom:defend_the_line)")
     truncation_bootstrap: Optional[bool] = _f(None, "bootstrap from V(s_T) when a time limit cuts an episode (default: the env family's; off for doom)")
     lr: float = _f(0.0, "learning rate, in [0, 1] (0 = the family's default for the optimizer and network; a resumed run keeps its own)")
-    lr_anneal: Optional[bool] = _f(None, "anneal lr linearly to lr x lr_anneal_floor over lr_anneal_steps, then hold (default: the family's; on for doom-lstm, off on doom:defend_the_line and doom:my_way_home)")
+    lr_anneal: Optional[bool] = _f(None, "anneal lr linearly to 0.1 x lr over lr_anneal_steps, then hold (default: the family's; on for doom-lstm, off on doom:defend_the_line and doom:my_way_home)")
     lr_anneal_steps: int = _f(1_000_000, "agent steps the anneal lasts, whatever the run's budget (0 = total_steps)")
-    lr_anneal_floor: float = _f(0.1, "where the anneal ends, as a fraction of lr, in [0, 1]")
     adam_amsgrad: Optional[bool] = _f(None, "Adam: AMSGrad (default: the family's; on for the vector specs)")
     entropy_beta: Optional[float] = _f(None, "entropy bonus coefficient, in [0, 10] (default: the family's, 0.01)")
-    value_coef: float = _f(0.5, "value-loss coefficient, in [0, 1000]")
     max_grad_norm: float = _f(40.0, "global gradient-norm clip (0 = no clipping)")
     reward_scale: Optional[float] = _f(None, "multiply rewards by this fixed factor; 0 = divide them by the running std of the discounted return (default: 0; 1 on doom:my_way_home)")
     normalize_advantages: Optional[bool] = _f(None, "divide advantages by their running RMS (default: the family's; off for Atari and doom:my_way_home)")
@@ -177,31 +201,31 @@ class Config:
     reward_clip: Optional[float] = _f(None, "clip raw rewards to [-reward_clip, reward_clip] for learning (default: the family's; 1 for Atari, 0 = off)")
     total_steps: int = _f(300_000, "stop after this many agent steps (0 = no limit)")
     total_seconds: float = _f(0.0, "stop after this many seconds of training (0 = no limit)")
-    target_reward: Optional[float] = _f(None, "stop once the reward_window-episode average of raw rewards "
+    target_reward: Optional[float] = _f(None, "stop once the 100-episode average of raw rewards "
                                               "reaches this (summary.json: target_reached); default: no target")
-    reward_window: int = _f(100, "episodes in the short moving average of raw rewards; the long one spans 10x as many")
     seed: int = _f(0, "random seed: worker i's env and sampling are seeded from (seed, i, resume count)")
     frame_skip: Optional[int] = _f(None, "frames per action, 1-64 (default: the family's; 4 for doom and Atari, 1 otherwise)")
     frame_size: Optional[int] = _f(None, "resize image observations to frame_size x frame_size (default: the env's; 84 for doom, 42x160 with --view band, 42 for Atari and doom:my_way_home)")
-    noop_max: int = _f(30, "Atari: up to this many no-op actions at the start of an episode (0 = off)")
-    terminal_on_life_loss: bool = _f(False, "Atari: a lost life ends the episode for learning (scores still count whole games)")
-    repeat_action_probability: Optional[float] = _f(None, "Atari: sticky-action probability (default: the id's, 0.25 for -v5, 0 for NoFrameskip-v4)")
-    health_reward: Optional[float] = _f(None, "Doom: add this x the step's change in the player's HEALTH to the learning reward (logged scores stay the scenario's own); default: the scenario's, 1 for health_gathering and health_gathering_supreme, else 0 = off")
-    ammo_reward: Optional[float] = _f(None, "Doom: add this x the step's change in the selected weapon's ammo to the learning reward, so a shot costs at once (logged scores stay the scenario's own); default: the scenario's, 0.5 for defend_the_center, else 0 = off")
-    action_set: Optional[str] = _f(None, "Doom: buttons (one action per button of the scenario's cfg, one pressed at a time: the scenario as shipped) or combos (one action per combination of a turn, a move, a strafe and each other button); default: the scenario's, combos on doom:deadly_corridor, else buttons")
-    view: Optional[str] = _f(None, "Doom: full (the whole frame, resized to 84x84) or band (the frame's middle 60 rows, where the horizon is, at its full width: 42x160); default: the scenario's, band on doom:defend_the_line, else full")
+    env_options: dict = field(default_factory=dict, metadata={"help": _env_options_help()})
     env_process: Optional[bool] = _f(None, "run each env in a child process (default: the family's; on for Atari, whose step holds the GIL)")
     run_dir: str = _f("", "run directory (default runs/<env>[-<spec>]-s<seed>-<YYYYmmdd-HHMMSS>)")
     checkpoint_interval: float = _f(60.0, "seconds between 'latest' checkpoints (0 = only at the end)")
     log_interval: float = _f(1.0, "seconds between scalar logs and progress-line updates")
-    max_skipped_updates: int = _f(100, "stop with an error after this many updates in a row skipped for non-finite gradients (0 = never)")
     env_restarts: int = _f(3, "an env whose step or reset fails (a crashed ViZDoom engine, a dead env process, any exception) is rebuilt in place with the same seed, its episode dropped; up to this many times per worker in any hour, after which the failure stops the run (0 = never rebuild)")
     worker_restarts: int = _f(3, "worker processes: one that dies without a word (SIGKILL, the OOM killer) is forked again from the shared parameters, with new envs, up to this many times per run, after which a death stops the run (0 = never restart)")
     env_step_timeout: float = _f(30.0, "seconds an env step may take before it counts as a hang (or 50 x the env's median step, whichever is larger): its engine is killed and the env rebuilt as a crashed one (0 = no watchdog)")
     tensorboard: bool = _f(True, "also write TensorBoard scalars when tensorboardX is installed")
     quiet: bool = _f(False, "no live progress line")
 
+    def __post_init__(self):
+        if isinstance(self.env_options, dict):   # a copy: no two configs share one
+            self.env_options = dict(self.env_options)
+
     # -- derived values -------------------------------------------------
+    def env_option(self, name: str):
+        """The value ``env_options`` sets for option ``name``, or None when unset."""
+        return self.env_options.get(name)
+
     def n_workers(self) -> int:
         return self.workers if self.workers > 0 else (os.cpu_count() or 1)
 
@@ -282,11 +306,30 @@ class Config:
         if self.lr_anneal and self.lr_anneal_steps == 0 and self.total_steps == 0:
             bad("lr_anneal", "with lr_anneal_steps 0 anneals over total_steps, which is 0 "
                 "(no limit): set --lr-anneal-steps or --total-steps")
-        if self.action_set is not None and self.action_set not in ACTION_SETS:
-            bad("action_set", f"choose one of {', '.join(ACTION_SETS)}")
-        if self.view is not None and self.view not in VIEWS:
-            bad("view", f"choose one of {', '.join(VIEWS)}")
+        if not isinstance(self.env_options, dict):
+            bad("env_options", "must be a table of option = value, e.g. {view = \"band\"}")
+        if self.env_options:
+            self._check_env_options(self.family())
         return self
+
+    def _check_env_options(self, family: EnvFamily) -> None:
+        """ConfigError naming the first option of ``env_options`` that
+        ``family`` (the env's) does not take, or whose value it refuses."""
+        for name, value in self.env_options.items():
+            what = f"config field 'env_options.{name}' = {value!r}"
+            option = family.options.get(name)
+            if option is None:
+                takes = (f"{family.name} envs take {', '.join(family.options)}" if family.options
+                         else f"{family.name} envs take no options")
+                others = [f.name for f in FAMILIES if name in f.options]
+                if others:
+                    raise ConfigError(f"{what}: applies to {' and '.join(others)} envs only; "
+                                      f"{self.env} is a {family.name} env ({takes})")
+                raise ConfigError(f"{what}: {self.env} (a {family.name} env) has no such "
+                                  f"option; {takes}")
+            why = option.problem(value)
+            if why:
+                raise ConfigError(f"{what}: {why}")
 
     def pinned(self, r: "Resolved") -> "Config":
         """This config with the family defaults it left unset written out from
@@ -301,8 +344,9 @@ class Config:
                     frame_skip=r.env_args["frame_skip"],
                     reward_scale=r.reward_scale or 0.0, frame_size=r.frame_size,
                     self_imitation=r.self_imitation, adam_amsgrad=r.amsgrad)
-        vals.update((k, r.env_args[k]) for k in self.family().options if k in r.env_args)
-        return self.replace(**{k: v for k, v in vals.items()
+        options = {k: r.env_args[k] for k in self.family().options if k in r.env_args}
+        return self.replace(env_options={**options, **self.env_options},
+                            **{k: v for k, v in vals.items()
                                if getattr(self, k) is None and v is not None})
 
     # -- (de)serialisation ----------------------------------------------------
@@ -311,14 +355,24 @@ class Config:
 
     @classmethod
     def from_dict(cls, d: dict, *, source: str = "config", saved_run: bool = False,
-                  ignored: list | None = None) -> "Config":
-        """A validated config from ``d``.  A field in :data:`REMOVED_FIELDS` is a
-        :class:`ConfigError` naming it, unless ``saved_run`` (``d`` is the
-        config a run saved, read by ``--resume``): then it is dropped and its
-        name appended to ``ignored``, and a field the saved config lacks
-        takes the value the run trained with (:data:`SAVED_RUN_DEFAULTS`)."""
+                  ignored: list | None = None, overrides: dict | None = None) -> "Config":
+        """A validated config from ``d``, with ``overrides`` (the command
+        line's fields; its ``env_options`` add to ``d``'s) set over it.
+
+        A field in :data:`REMOVED_FIELDS` is a :class:`ConfigError` naming
+        it, unless ``saved_run`` (``d`` is the config a run saved, read by
+        ``--resume``): then it is dropped and its name appended to
+        ``ignored`` (not where it holds the constant it became,
+        :data:`REMOVED_TO_CONSTANTS`), and a field the saved config lacks
+        takes the value the run trained with (:data:`SAVED_RUN_DEFAULTS`,
+        and the env options of :attr:`EnvFamily.spec_options`).  An env
+        option at the top level of ``d`` (as configs had them before
+        ``env_options``) moves into ``env_options``."""
         known = {f.name: f for f in fields(cls)}
         d = {k.replace("-", "_"): v for k, v in d.items()}
+        overrides = dict(overrides or {})
+        env = str(overrides.get("env", d.get("env", cls.env)))
+        d = _top_level_options_moved(d, env, source)
         if saved_run:
             saved = dict(d)
             for name, value in SAVED_RUN_DEFAULTS.items():
@@ -326,11 +380,15 @@ class Config:
                     value = value(saved) if callable(value) else value
                     if value is not None:
                         d[name] = value
+            family = _family_or_none(env)
+            if family is not None:
+                d["env_options"] = {**family.spec_options, **d["env_options"]}
         kwargs = {}
         for key, v in d.items():
             if key in REMOVED_FIELDS:
                 if saved_run:
-                    if ignored is not None:
+                    constant = key in REMOVED_TO_CONSTANTS and v == REMOVED_TO_CONSTANTS[key]
+                    if ignored is not None and not constant:
                         ignored.append(key)
                     continue
                 raise ConfigError(f"{source}: config field '{key}' was removed: "
@@ -340,11 +398,21 @@ class Config:
                     f"{source}: unknown config field '{key}'; known fields: {', '.join(sorted(known))}"
                 )
             kwargs[key] = _coerce(known[key], v)
-        return cls(**kwargs).validate()
+        # d's own values are checked as they stand (a bad one is an error even
+        # where a flag replaces it), its env options against the env they
+        # will run on
+        if "env" in overrides:
+            kwargs["env"] = overrides["env"]
+        cfg = cls(**kwargs).validate()
+        if "env_options" in overrides:
+            overrides["env_options"] = {**cfg.env_options, **overrides["env_options"]}
+        return cfg.replace(**overrides) if overrides else cfg
 
     @classmethod
-    def from_toml(cls, path: str, *, saved_run: bool = False,
-                  ignored: list | None = None) -> "Config":
+    def from_toml(cls, path: str, *, saved_run: bool = False, ignored: list | None = None,
+                  overrides: dict | None = None) -> "Config":
+        """:meth:`from_dict` of the TOML file ``path`` (its ``[a3c]`` table, if
+        it has one; env options in an ``[env_options]`` table)."""
         try:
             with open(path, "rb") as fh:
                 data = tomllib.load(fh)
@@ -353,7 +421,8 @@ class Config:
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
         data = data.get("a3c", data)  # allow an [a3c] table or top-level keys
-        return cls.from_dict(data, source=path, saved_run=saved_run, ignored=ignored)
+        return cls.from_dict(data, source=path, saved_run=saved_run, ignored=ignored,
+                             overrides=overrides)
 
     def to_toml(self) -> str:
         lines = ["# a3c_core training configuration"]
@@ -368,6 +437,49 @@ class Config:
 
     def replace(self, **changes) -> "Config":
         return dataclasses.replace(self, **changes).validate()
+
+
+def _family_or_none(env: str) -> Optional[EnvFamily]:
+    try:
+        return family_of(env)
+    except ValueError:
+        return None
+
+
+def _top_level_options_moved(d: dict, env: str, source: str) -> dict:
+    """``d`` (a config's fields) with the env options it sets at the top
+    level, as configs did before ``env_options``, moved into its
+    ``env_options`` (a dict in the result; ints where an option takes a
+    float are floats, as :func:`_coerce` makes a field's).  One that
+    ``env``'s family does not take is dropped where it holds its own
+    family's default: a run's config.toml wrote noop_max and
+    terminal_on_life_loss whatever its env, and they never applied there;
+    another stays for validation to name."""
+    options = d.get("env_options", {})
+    if not isinstance(options, dict):
+        raise ConfigError(f"{source}: config field 'env_options' = {options!r}: must be a table "
+                          f"of option = value")
+    options = dict(options)
+    records = env_options_by_name()
+    family = _family_or_none(env)
+    out = {}
+    for key, value in d.items():
+        if key not in records:
+            out[key] = value
+            continue
+        if key in options:
+            raise ConfigError(f"{source}: env option '{key}' is set twice, at the top level and "
+                              f"in env_options; keep the env_options one")
+        owner = records[key][0]
+        if family is not None and key not in family.options \
+                and value == getattr(owner.defaults, key, None):
+            continue
+        options[key] = value
+    for key, value in options.items():
+        if key in records and records[key][1].kind is float and type(value) is int:
+            options[key] = float(value)
+    out["env_options"] = options
+    return out
 
 
 #: from this many workers, worker processes are the default on Linux.  doom:basic
@@ -412,7 +524,7 @@ def env_args(cfg: Config) -> dict:
     args = {"frame_skip": d.frame_skip if cfg.frame_skip is None else cfg.frame_skip,
             "env_process": d.env_process if cfg.env_process is None else cfg.env_process}
     for name in family.options:
-        value = getattr(cfg, name)
+        value = cfg.env_option(name)
         if value is None:               # the family's (or scenario's) default, if it has one
             value = getattr(d, name, None)
         if value is not None:
@@ -469,16 +581,9 @@ def backend_choice(cfg: Config) -> tuple:
 def resolve(cfg: Config, obs_kind: str = "image") -> Resolved:
     """The run's effective settings: ``cfg``'s values where set, else its env
     family's defaults (``obs_kind``, the env's ``'image'`` or ``'vector'``,
-    picks the network).  ConfigError naming the field when one does not apply."""
+    picks the network).  ConfigError naming ``env`` when no family takes it."""
     family = cfg.family()
     d = family.defaults_for(cfg.env)
-    for other in FAMILIES:          # a family's exclusive options, set for another's env
-        if not other.exclusive_options:
-            continue
-        for name in other.options:
-            if getattr(cfg, name) is not None and name not in family.options:
-                raise ConfigError(f"config field {name!r} = {getattr(cfg, name)!r}: applies to "
-                                  f"{other.name} envs only; {cfg.env} is a {family.name} env")
     spec = cfg.spec if cfg.spec != "auto" else d.network.get(obs_kind, "mlp-lstm"
                                                                 if obs_kind == "vector"
                                                                 else "doom-lstm")
@@ -531,6 +636,8 @@ def _coerce(f, v):
 
 
 def _toml_value(v):
+    if isinstance(v, dict):         # an inline table
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):

@@ -4,8 +4,8 @@ write faults; :func:`prepare_run_dir` makes the run directory and its
 ``config.toml``.
 
 ``best.npz`` holds the parameters at the best long reward average
-(:mod:`a3c_core.train.run_report`), considered only once ``reward_window``
-episodes have finished (the long average then covers every episode so far,
+(:mod:`a3c_core.train.run_report`), considered only once ``REWARD_WINDOW``
+(100) episodes have finished (the long average then covers every episode so far,
 up to its full window).
 
 Write faults (a full disk, a file-size limit, an I/O error): a checkpoint
@@ -25,7 +25,7 @@ import numpy as np
 
 from a3c_core import checkpoint as ck
 from a3c_core.checkpoint import CheckpointError, CheckpointWriteError, save_checkpoint
-from a3c_core.train.config import OPTIMIZER
+from a3c_core.train.config import OPTIMIZER, REWARD_WINDOW
 
 __all__ = ["RunCheckpoints", "prepare_run_dir", "remove_partial_checkpoints"]
 
@@ -156,9 +156,9 @@ class RunCheckpoints:
         return save_checkpoint(path, st["params"], meta, arrays)
 
     def maybe_save_best(self, final=False):
-        """best.npz: the best long average, once ``reward_window`` episodes have finished."""
+        """best.npz: the best long average, once ``REWARD_WINDOW`` episodes have finished."""
         _, long_avg, n = self.report.rewards.averages()
-        if long_avg is None or n < self.cfg.reward_window or not long_avg > self.best_avg:
+        if long_avg is None or n < REWARD_WINDOW or not long_avg > self.best_avg:
             return
         prev = (self.best_avg, self.best_step)
         self.best_avg, self.best_step = long_avg, int(self.parts.shared.steps)

@@ -6,10 +6,10 @@ TensorBoard), its console lines (the progress line, the ``warning:`` lines
 of env and worker restarts, the end's unwritten-rows line), its error list
 and ``errors.log``, and ``summary.json``.
 
-Reward averages: ``avg<reward_window>`` (default 100 episodes) drives the
-progress line and ``target_reward``; the long average over
-:data:`LONG_WINDOW_FACTOR` ``x reward_window`` episodes (1,000 by default) is
-what a run reports as its result.  At hundreds of episodes per second a
+Reward averages: avg100 (the last
+:data:`~a3c_core.train.config.REWARD_WINDOW` episodes) drives the progress
+line and ``target_reward``; the long average over :data:`LONG_WINDOW_FACTOR`
+times as many (1,000 episodes) is what a run reports as its result.  At hundreds of episodes per second a
 100-episode average spans less than a second of training; 1,000 episodes is a
 window that means something.
 """
@@ -25,11 +25,12 @@ import time
 
 import numpy as np
 
+from a3c_core.train.config import REWARD_WINDOW
 from a3c_core.train.logger import MetricsLogger
 
 __all__ = ["LONG_WINDOW_FACTOR", "RewardWindows", "RunClock", "RunReport", "rms_diff"]
 
-#: the long reward average covers this many times ``reward_window`` episodes
+#: the long reward average covers this many times ``REWARD_WINDOW`` episodes
 LONG_WINDOW_FACTOR = 10
 
 
@@ -128,7 +129,7 @@ class RunReport:
         self.live_steps = live_steps
         #: (worker id or what failed, traceback text) of what failed the run
         self.errors = []
-        self.rewards = RewardWindows(cfg.reward_window, LONG_WINDOW_FACTOR * cfg.reward_window)
+        self.rewards = RewardWindows(REWARD_WINDOW, LONG_WINDOW_FACTOR * REWARD_WINDOW)
         #: the run's MetricsLogger, from :meth:`open_logger` on (None before)
         self.logger = None
         self.env_restarts = 0       # envs rebuilt in this run so far (summary.json)
@@ -239,7 +240,7 @@ class RunReport:
         if skipped:
             losses += f" skipped {skipped}"
         short, long_avg, n = self.rewards.averages()
-        w = self.cfg.reward_window
+        w = REWARD_WINDOW
         avg_s = "   n/a" if short is None else f"{short:7.2f}"
         long_s = "" if long_avg is None or n <= w else f" avg{n} {long_avg:7.2f}"
         line = (f"[{el:7.1f}s] steps {steps:>9,d}  {sps:7.0f} steps/s  episodes "

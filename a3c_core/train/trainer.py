@@ -22,11 +22,12 @@ lines, errors, summary.json, the reward averages) and its checkpoints
 best.npz, write faults).  Its backend gets what it needs of the run as a
 :class:`~a3c_core.train.backends.RunContext`.
 
-Reward averages: ``avg<reward_window>`` (default 100 episodes) drives the
-progress line and ``target_reward``; the long average over ``10 x
-reward_window`` episodes (1,000 by default) is what a run reports as its
-result; ``best.npz`` holds the parameters at the best long average (see
-:mod:`a3c_core.train.run_report` and :mod:`a3c_core.train.run_checkpoints`).
+Reward averages: avg100 (the last
+:data:`~a3c_core.train.config.REWARD_WINDOW` episodes) drives the progress
+line and ``target_reward``; the long average over 1,000 episodes is what a
+run reports as its result; ``best.npz`` holds the parameters at the best
+long average (see :mod:`a3c_core.train.run_report` and
+:mod:`a3c_core.train.run_checkpoints`).
 """
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ from a3c_core.train.affinity import allowed_cores
 from a3c_core.train.backends import Backend, RunContext, ThreadBackend, TrainingError
 from a3c_core.train.build import (build_parts, check_memory, new_network, plan_run,
                                    restore_checkpoint, worker_offset)
-from a3c_core.train.config import Config, ConfigError, backend_choice, rollout_defaults
+from a3c_core.train.config import (MAX_SKIPPED_UPDATES, REWARD_WINDOW, Config, ConfigError,
+                                   backend_choice, rollout_defaults)
 from a3c_core.train.env_slots import EnvSlots
 from a3c_core.train.procs import ProcessBackend
 from a3c_core.train.run_checkpoints import RunCheckpoints, prepare_run_dir
@@ -71,8 +73,8 @@ class TrainResult:
         self.steps = steps
         self.episodes = episodes
         self.seconds = seconds
-        self.moving_avg = moving_avg        # short window (reward_window episodes)
-        self.long_avg = long_avg            # long window (10 x reward_window)
+        self.moving_avg = moving_avg        # short window (REWARD_WINDOW episodes)
+        self.long_avg = long_avg            # long window (10 x REWARD_WINDOW)
         self.best_avg = best_avg            # best long average (held by best.npz)
         self.best_step = best_step
         self.checkpoint = checkpoint        # latest.npz: the final parameters
@@ -392,7 +394,7 @@ class Trainer:
             if cfg.total_seconds and self.clock.elapsed() >= cfg.total_seconds:
                 self._stop("total_seconds")
             if (cfg.target_reward is not None and short is not None
-                    and n_eps >= cfg.reward_window and short >= cfg.target_reward):
+                    and n_eps >= REWARD_WINDOW and short >= cfg.target_reward):
                 if self.target_reached is None:
                     # the average that met the target: episodes still in flight when the
                     # workers stop (a Ray node's last batch) move the final window after it
@@ -401,7 +403,7 @@ class Trainer:
                                            "seconds": round(self.clock.elapsed(), 3)}
                 self._stop("target_reward")
             skips = backend.consecutive_skips()
-            if cfg.max_skipped_updates and skips >= cfg.max_skipped_updates:
+            if skips >= MAX_SKIPPED_UPDATES:
                 report.errors.append(("divergence", (
                     f"{skips} updates in a row were skipped for non-finite gradients (NaN/inf); "
                     "stopping. Lower lr, reward_scale or max_grad_norm")))
@@ -437,7 +439,7 @@ class Trainer:
             best_avg=ckpts.best_long_avg(), best_step=ckpts.best_step,
             best_checkpoint=ckpts.best_on_disk(),
             skipped_updates=int(self.shared.skipped_updates), signal=sig,
-            avg_window=min(n_eps, self.cfg.reward_window), long_window=n_eps,
+            avg_window=min(n_eps, REWARD_WINDOW), long_window=n_eps,
             episode_ends=report.rewards.ends(),
             unwritten_rows=report.logger.unwritten if report.logger is not None else None,
             checkpoint_write_failures=ckpts.write_failures, env_restarts=report.env_restarts,
