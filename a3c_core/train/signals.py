@@ -42,9 +42,10 @@ class SignalsAsExceptions:
     later by :meth:`check`, at a point known to be safe (see
     :mod:`a3c_core._safepoint`); :meth:`resume` ends that first deferral and
     :meth:`deferred` opens another, around the kernel warm-up.  Outside a
-    deferral the handler raises at once; a raise that C code swallowed (a
-    ctypes callback prints it and goes on) is raised again by the next
-    :meth:`check`, which the monitor calls every tick."""
+    deferral the handler raises at once; a raise that Python could not
+    propagate (it landed in a weakref or ctypes callback, which drop it) is
+    not printed and is raised again by the next :meth:`check`, which the
+    monitor calls every tick."""
 
     def __init__(self, defer=False, keep_ignoring=False):
         self._defer = 1 if defer else 0
@@ -73,6 +74,17 @@ class SignalsAsExceptions:
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._old[sig] = signal.signal(sig, handler)
+        # a raise that landed in a callback Python cannot propagate from (a
+        # weakref's, a ctypes callback, a __del__) is "unraisable": Python
+        # prints it with its traceback and goes on.  That one is ours and
+        # check() raises it again, so it is not printed; others still are
+        self._old_hook = old_hook = sys.unraisablehook
+
+        def unraisable(u):
+            if not (self._fired is not None and isinstance(u.exc_value, KeyboardInterrupt)):
+                old_hook(u)
+
+        sys.unraisablehook = unraisable
         self._installed = True
         return self
 
@@ -84,6 +96,8 @@ class SignalsAsExceptions:
         ignore = self._keep_ignoring and self._fired is not None
         for sig, old in self._old.items():
             signal.signal(sig, signal.SIG_IGN if ignore else old)
+        if self._installed:
+            sys.unraisablehook = self._old_hook
         self._installed = False
         return False
 
