@@ -43,16 +43,18 @@ def test_defaults_are_the_standard_workload():
     d = rollout_defaults(c)
     assert (d.envs_per_worker, d.t_max) == (1, 20)
     assert resolve(c).lr == pytest.approx(1e-4)
-    assert rollout_defaults(c.replace(envs_per_worker=4)).t_max == 5
-    assert _r(envs_per_worker=8).lr == pytest.approx(2e-4)              # 40 rows: 2x
+    assert rollout_defaults(c.replace(envs_per_worker=4)).t_max == 10
+    assert _r(envs_per_worker=4).lr == pytest.approx(1e-4)              # 40 rows: 1x
+    assert _r(envs_per_worker=8).lr == pytest.approx(2e-4)              # 80 rows: 2x
     # the paper's worker where K = 1 is asked for, or on other scenarios
     p1 = rollout_defaults(c.replace(envs_per_worker=1))
     assert (p1.envs_per_worker, p1.t_max) == (1, 20)
     assert _r(envs_per_worker=1).lr == pytest.approx(1e-4)
     mw = rollout_defaults(c.replace(env="doom:my_way_home"))
     assert (mw.envs_per_worker, mw.t_max) == (1, 20)
-    assert _r(envs_per_worker=4, t_max=10).lr == pytest.approx(2e-4)     # 40 rows / 20
+    assert _r(envs_per_worker=4, t_max=20).lr == pytest.approx(2e-4)     # 80 rows / 40
     assert _r(envs_per_worker=4, t_max=5).lr == pytest.approx(1e-4)      # 20 rows: 1x
+    assert _r(envs_per_worker=1, t_max=40).lr == pytest.approx(2e-4)     # K = 1: rows / 20
     c = c.replace(envs_per_worker=1)
     r = resolve(c)
     assert r.entropy_beta == 0.01 and c.entropy_beta is None     # the family's

@@ -183,7 +183,7 @@ class Config:
     envs_per_worker: Optional[int] = _f(None, "envs each worker steps in lockstep, 1-64: one forward per tick over their K rows, one update over all their rows (1 = the A3C paper's worker); default: the scenario's; 1 on every shipped scenario")
     worker_processes: Optional[bool] = _f(None, "run workers as processes sharing memory instead of threads (default: on Linux, processes for workers 0 or >= 8, threads below)")
     pin_threads: bool = _f(True, "pin worker i and its ViZDoom engine to core i mod cores (Linux)")
-    t_max: Optional[int] = _f(None, "rollout length: ticks per update (truncated BPTT window), 1-10000; default: 20, or 5 with envs_per_worker > 1")
+    t_max: Optional[int] = _f(None, "rollout length: ticks per update (truncated BPTT window), 1-10000; default: 20, or 10 with envs_per_worker > 1")
     gamma: float = _f(0.99, "discount factor, in [0, 1]")
     gae_lambda: Optional[float] = _f(None, "GAE lambda, in [0, 1] (default: the family's, 1.0 = n-step returns as in the A3C paper; 0.95 on doom:defend_the_line)")
     truncation_bootstrap: Optional[bool] = _f(None, "bootstrap from V(s_T) when a time limit cuts an episode (default: the env family's; off for doom)")
@@ -532,16 +532,22 @@ def env_args(cfg: Config) -> dict:
     return args
 
 
-#: the rollout length of the paper's worker, and of the batched worker (K > 1):
-#: on doom:basic, K = 8 at t_max 20 needed 2.2x the agent steps of K = 1 to
-#: reach avg100 75 (fewer, larger updates); at t_max 5 it needed 0.7-1.0x
+#: the rollout length of the paper's worker, and of the batched worker (K > 1).
+#: On doom:basic t_max 5 reached avg100 75 sooner but fell back after it, the
+#: paper's worker too (K = 1 at t_max 5: avg100 down to -100), as its rollouts
+#: cut most of basic's ~6-step episodes and bootstrap them; K = 8 at t_max 20
+#: needed 2.2x the agent steps of K = 1 (fewer, larger updates); at t_max 10,
+#: K = 4 and K = 8 stayed learned (docs/results.md#the-batched-worker)
 T_MAX = 20
-T_MAX_BATCHED = 5
+T_MAX_BATCHED = 10
+#: the rows per update the family's Adam rate is measured for in the batched
+#: worker (K x t_max): K = 4 at t_max 10 learned at the family's 1e-4
+BATCHED_LR_ROWS = 40
 
 
 def rollout_defaults(cfg: Config) -> Config:
     """``cfg`` with ``envs_per_worker`` and ``t_max`` filled in where unset:
-    the scenario's K, then t_max 20 for K = 1 or 5 for K > 1 (ConfigError
+    the scenario's K, then t_max 20 for K = 1 or 10 for K > 1 (ConfigError
     naming the field for an unknown env).  The trainer runs on this."""
     k = cfg.envs_per_worker
     if k is None:
@@ -553,13 +559,15 @@ def rollout_defaults(cfg: Config) -> Config:
 
 
 def scaled_lr(lr: float, cfg: Config) -> float:
-    """Adam's default rate for ``cfg``'s rollouts: ``lr`` times the rows of
-    one update over the paper's 20 (K x t_max / 20, at least 1), as PAAC
-    scales its rate with its envs.  Measured on doom:basic: K = 8, t_max 5
-    (2x, 2e-4) reached avg100 75 in 20.6-23.8 s, against 24.5-32.2 s at 1x;
-    K = 4, t_max 5 is 1x."""
+    """Adam's default rate for ``cfg``'s rollouts, as PAAC scales its rate
+    with its envs: ``lr`` times the rows of one update (K x t_max) over the
+    rows it was measured for, at least 1x: the paper's 20 for K = 1,
+    :data:`BATCHED_LR_ROWS` (40) for K > 1.  Measured on doom:basic at t_max
+    10: K = 4 (1x, 1e-4) and K = 8 (2x, 2e-4) reached avg100 75 and stayed
+    learned."""
     c = rollout_defaults(cfg)
-    return lr * max(1.0, c.envs_per_worker * c.t_max / T_MAX)
+    base = T_MAX if c.envs_per_worker == 1 else BATCHED_LR_ROWS
+    return lr * max(1.0, c.envs_per_worker * c.t_max / base)
 
 
 def backend_choice(cfg: Config) -> tuple:
