@@ -39,10 +39,10 @@ def test_defaults_are_the_standard_workload():
     assert c.env == "doom:basic"
     assert (c.t_max, c.envs_per_worker, c.gamma, c.gae_lambda) == (None, None, 0.99, None)
     assert c.max_grad_norm == 40.0 and c.env_options == {}
-    # the paper's worker by default; the batched worker's t_max and Adam rate
+    # basic's default: the batched worker, 8 envs at t_max 10, Adam 2e-4
     d = rollout_defaults(c)
-    assert (d.envs_per_worker, d.t_max) == (1, 20)
-    assert resolve(c).lr == pytest.approx(1e-4)
+    assert (d.envs_per_worker, d.t_max) == (8, 10)
+    assert resolve(c).lr == pytest.approx(2e-4)
     assert rollout_defaults(c.replace(envs_per_worker=4)).t_max == 10
     assert _r(envs_per_worker=4).lr == pytest.approx(1e-4)              # 40 rows: 1x
     assert _r(envs_per_worker=8).lr == pytest.approx(2e-4)              # 80 rows: 2x
@@ -69,7 +69,7 @@ def test_defaults_are_the_standard_workload():
 def test_resolve_learning_rate_per_family_and_spec():
     # Adam: 1e-4 on doom and Atari, 3e-4 on the vector specs (docs/defaults.md);
     # an explicit lr always wins
-    assert _r().lr == pytest.approx(1e-4)
+    assert _r().lr == pytest.approx(2e-4)                 # basic: 8 envs x 10 ticks / 40
     assert _r(spec="doom-lstm", envs_per_worker=1).lr == pytest.approx(1e-4)
     cart = dict(env="CartPole-v1")
     assert _r("vector", **cart).spec == "mlp-lstm"
@@ -349,9 +349,9 @@ def test_shipped_config_files_load():
     for f in files:
         Config.from_toml(str(f))
     basic = Config.from_toml(str(root / "doom_basic.toml"))
-    assert basic == Config().replace(spec="doom-lstm", frame_skip=4, lr=1e-4, lr_anneal=True,
+    assert basic == Config().replace(spec="doom-lstm", frame_skip=4, lr=2e-4, lr_anneal=True,
                                      entropy_beta=0.01, gae_lambda=1.0, obs_norm=True,
-                                     envs_per_worker=1, t_max=20)
+                                     envs_per_worker=8, t_max=10)
     rb, rd = resolve(basic), resolve(Config())
     assert rb.obs_norm == rd.obs_norm is True
     assert rb.merge_below == rd.merge_below

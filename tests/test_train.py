@@ -362,11 +362,12 @@ def test_resume_with_a_larger_budget_anneals_over_it(tmp_path):
 
 
 @pytest.mark.parametrize("extra, want", [
-    ({}, (False, 1e-4, 1_000_000, 0.1)),                     # doom-lstm defaults
-    ({"total_steps": 0, "total_seconds": 60.0}, (False, 1e-4, 1_000_000, 0.1)),  # budget-free
-    ({"lr_anneal_steps": 0}, (False, 1e-4, 50_000, 0.1)),      # over the run's budget
-    ({"lr_anneal": False, "adam_amsgrad": True, "lr": 2e-4}, (True, 2e-4, 0, 0.1)),
-    ({"spec": "doom-ff"}, (False, 1e-4, 0, 0.1)),
+    ({}, (False, 2e-4, 1_000_000, 0.1)),         # doom-lstm defaults, basic's 8 envs: 2x
+    ({"envs_per_worker": 1}, (False, 1e-4, 1_000_000, 0.1)),   # the paper's worker
+    ({"total_steps": 0, "total_seconds": 60.0}, (False, 2e-4, 1_000_000, 0.1)),  # budget-free
+    ({"lr_anneal_steps": 0}, (False, 2e-4, 50_000, 0.1)),      # over the run's budget
+    ({"lr_anneal": False, "adam_amsgrad": True, "lr": 3e-4}, (True, 3e-4, 0, 0.1)),
+    ({"spec": "doom-ff"}, (False, 2e-4, 0, 0.1)),
 ])
 def test_trainer_builds_the_documented_adam_defaults(tmp_path, extra, want, monkeypatch):
     """The trainer's Adam follows Config's spec defaults: doom-lstm's anneals over
