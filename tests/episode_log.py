@@ -16,7 +16,9 @@ summary is compared with a tolerance, :data:`PARAMS_RTOL`.
 ``tests/test_episode_log.py`` compares today's tree with the stored logs.
 Their episodes were written at f1741f7, before the run-assembly redesign;
 their parameter summaries by the tree of 2026-11-28 (on a Xeon, that tree's
-parameters had the same SHA-256 as f1741f7's).
+parameters had the same SHA-256 as f1741f7's).  The batched worker's log
+(``episode_log_doom_basic_batched.json``, 8 envs per worker, doom:basic's
+default) was written on 2026-12-05, when it became the default.
 """
 from __future__ import annotations
 
