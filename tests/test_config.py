@@ -410,6 +410,7 @@ def test_a_saved_run_fills_the_fields_it_predates_from_one_table():
     assert (doom.merge_below, doom.obs_norm, doom.self_imitation) == (0.0, False, False)
     assert doom.env_options == {"action_set": "buttons", "view": "full"}
     assert doom.lr_anneal_steps == 1_000_000 and ignored == []      # anneal unset
+    assert rollout_defaults(doom).envs_per_worker == 1              # before the batched worker
     cart, _ = _saved(env="CartPole-v1")
     assert (cart.merge_below, cart.obs_norm, cart.self_imitation) == (0.0, False, False)
     assert cart.env_options == {}                                   # not a Doom run
@@ -424,6 +425,7 @@ def test_a_saved_run_fills_the_fields_it_predates_from_one_table():
     assert kept.lr_anneal_steps == 500 and ignored == []
     new = Config.from_dict({"env": "doom:basic"})
     assert (new.merge_below, new.obs_norm, new.env_options) == (8.0, None, {})
+    assert rollout_defaults(new).envs_per_worker == 8               # basic's default today
     assert set(SAVED_RUN_DEFAULTS) <= set(Config.__dataclass_fields__) | set(REMOVED_FIELDS)
 
 

@@ -101,6 +101,9 @@ SAVED_RUN_DEFAULTS = {
     "merge_below": 0.0,             # rollouts ended with their episode (the A3C paper's)
     "obs_norm": False,              # raw frames
     "self_imitation": False,        # no replays
+    # one env per worker: a run saved before the batched worker keeps the
+    # paper's worker on a scenario whose default is now 8 (doom:basic)
+    "envs_per_worker": 1,
     # lr_anneal on (the two fields came together): to 0 over total_steps; the
     # floor is a constant now, so such a run resumes to LR_ANNEAL_FLOOR and
     # is told that its lr_anneal_floor was ignored
