@@ -32,13 +32,15 @@
 # Steps (the shared start first: machine facts into OUT/machine.txt, the
 # wheels, the Cython extensions built in place, a Numba cache in /tmp):
 # 1. for each worker count in WORKERS (default "1 8 16"): `a3c bench`'s
-#    end-to-end row (doom:basic from scratch, SECONDS_RUN seconds, default
-#    6) as threads, processes, processes, threads (T1 P1 P2 T2), each as
-#    OUT/e2e_w<W>_<tag>.json;
+#    end-to-end rows (doom:basic from scratch, SECONDS_RUN seconds, default
+#    6), one per envs per worker in ENVS (default "1 8": the paper's worker
+#    and the batched one), as threads, processes, processes, threads
+#    (T1 P1 P2 T2), each as OUT/e2e_w<W>_<tag>.json;
 # 2. with TRAINED_RUN: converged throughput at CONV_WORKERS (default 16)
 #    workers, threads and processes (bench/converged_throughput.py);
-# 3. one table: steps/s per worker count and pair, processes / threads.
-# About 4 minutes on a 16-core Xeon. docs/benchmarks.md says how to use it.
+# 3. one table: steps/s per worker count, envs per worker and pair,
+#    processes / threads.
+# About 4 minutes on a 16-core Xeon with ENVS=1 (each K adds about as much). docs/benchmarks.md says how to use it.
 set -u
 case "${1:-}" in
     -h|--help|"") sed -n '2,/^set -u/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ]; exit $? ;;
@@ -60,6 +62,9 @@ if [ -n "${JOBS:-}" ]; then     # a bad jobs file fails here, before the build s
 fi
 RUN=${3:-}
 WORKERS=${WORKERS:-1 8 16}
+ENVS=${ENVS:-1 8}
+[[ "$ENVS" =~ ^[1-9][0-9]*( +[1-9][0-9]*)*$ ]] || {
+    echo "device.sh: ENVS must be envs-per-worker counts > 0 separated by spaces, got '$ENVS'" >&2; exit 2; }
 SECS=${SECONDS_RUN:-6}
 B=$(cd "$(dirname "$0")" && pwd)
 cd "$B/.." || exit 1
@@ -140,6 +145,7 @@ for w in $WORKERS; do
         [ "${tag:0:1}" = P ] && mode=(--worker-processes)
         stamp "e2e, $w workers, $tag"
         $PY -m a3c_core bench --quick --skip-env --skip-gil --repeat 1 --workers "$w" \
+            --envs-per-worker "${ENVS// /,}" \
             --seconds "$SECS" "${mode[@]}" --json "$OUT/e2e_w${w}_$tag.json" \
             | grep -E "train steps/s" || exit 1
     done
@@ -163,12 +169,14 @@ for path in sys.argv[1:]:
     doc = json.load(open(path))
     rows = doc["rows"] if isinstance(doc, dict) else doc
     for r in rows:
-        if r["name"].startswith("train steps/s w"):
-            got.setdefault(int(m.group(1)), {})[(m.group(2), int(m.group(3)))] = r["median"]
-for w in sorted(got):
-    d = got[w]
+        k = re.fullmatch(r"train steps/s w\d+(?: k(\d+))?", r["name"])
+        if k:
+            key = (int(m.group(1)), int(k.group(1) or 1))
+            got.setdefault(key, {})[(m.group(2), int(m.group(3)))] = r["median"]
+for w, k in sorted(got):
+    d = got[w, k]
     cells = "  ".join(f"T{p} {d[('T', p)]:8.0f}  P{p} {d[('P', p)]:8.0f}  P/T {d[('P', p)] / d[('T', p)]:.2f}"
                       for p in (1, 2) if ("T", p) in d and ("P", p) in d)
-    print(f"{w:3d} workers: {cells}")
+    print(f"{w:3d} workers, K = {k:2d} envs each: {cells}")
 EOF
 stamp done

@@ -536,6 +536,51 @@ def test_device_runner_budget_runs_jobs_in_turn_within_the_budget(tmp_path):
     assert not (tmp_path / "out3").exists()
 
 
+def test_device_runner_times_each_envs_per_worker_and_tabulates_them(tmp_path):
+    """bench/device.sh's timing steps: each tag (T1 P1 P2 T2) runs one `a3c
+    bench` over the ENVS counts (processes for P), and the table has one
+    line per worker count and envs per worker with its processes / threads
+    ratios; a malformed ENVS is refused before anything runs.  A stand-in
+    "python" writes a bench JSON (steps/s = 100 x workers x K, x 1.5 for
+    processes) and runs the table with the real interpreter."""
+    import subprocess
+    import sys
+
+    py = tmp_path / "py"
+    py.write_text(f"""#!{sys.executable}
+import json, os, re, sys
+a = sys.argv[1:]
+if a[:1] == ["-"]:
+    os.execv({sys.executable!r}, [{sys.executable!r}] + a)
+if a[:2] == ["-m", "a3c_core"] and a[2] == "bench":
+    opt = {{a[i]: a[i + 1] for i in range(3, len(a) - 1) if a[i].startswith("--")}}
+    w, proc = int(opt["--workers"]), "--worker-processes" in a
+    rows = [{{"name": f"train steps/s w{{w}}" + (f" k{{k}}" if k > 1 else ""),
+              "median": 100.0 * w * k * (1.5 if proc else 1.0)}}
+            for k in map(int, opt["--envs-per-worker"].split(","))]
+    json.dump({{"rows": rows}}, open(opt["--json"], "w"))
+    print("train steps/s", opt["--envs-per-worker"], "processes" if proc else "threads")
+""")
+    py.chmod(0o755)
+    out = tmp_path / "out"
+    env = dict(os.environ, PYTHON=str(py), WORKERS="1 4", ENVS="1 8")
+    r = subprocess.run(["bash", os.path.join(BENCH, "device.sh"), str(out)], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(p.name for p in out.glob("e2e_*.json")) == sorted(
+        f"e2e_w{w}_{t}.json" for w in (1, 4) for t in ("T1", "P1", "P2", "T2"))
+    lines = [ln for ln in r.stdout.splitlines() if "envs each" in ln]
+    import re
+    assert [re.match(r" *(\d+) workers, K = +(\d+) envs", ln).groups() for ln in lines] == [
+        ("1", "1"), ("1", "8"), ("4", "1"), ("4", "8")], r.stdout
+    assert "T1     3200  P1     4800  P/T 1.50" in lines[3], lines[3]
+    env["ENVS"] = "1,8"
+    r = subprocess.run(["bash", os.path.join(BENCH, "device.sh"), str(tmp_path / "out2")],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "ENVS must be envs-per-worker counts" in r.stderr
+    assert not (tmp_path / "out2").exists()
+
+
 def test_scenario_table_reads_runs_at_marks_and_counts_runs_below_random(tmp_path):
     """bench/scenarios.py's table from three finished run dirs: the avg100 of
     the episodes finished by each mark, median and range over the seeds, a
