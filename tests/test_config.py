@@ -52,6 +52,16 @@ def test_defaults_are_the_standard_workload():
     assert _r(envs_per_worker=1).lr == pytest.approx(1e-4)
     mw = rollout_defaults(c.replace(env="doom:my_way_home"))
     assert (mw.envs_per_worker, mw.t_max) == (1, 20)
+    for sc, k, t in (("defend_the_center", 8, 10), ("health_gathering", 8, 10),
+                     ("take_cover", 8, 20), ("health_gathering_supreme", 1, 20)):
+        d = rollout_defaults(c.replace(env=f"doom:{sc}"))
+        assert (d.envs_per_worker, d.t_max) == (k, t), sc
+    # take_cover's batched rollouts are 20 ticks, for any K > 1 (Adam: 160 rows / 40)
+    tc = c.replace(env="doom:take_cover")
+    assert _r(env="doom:take_cover").lr == pytest.approx(4e-4)
+    assert rollout_defaults(tc.replace(envs_per_worker=4)).t_max == 20
+    assert rollout_defaults(tc.replace(envs_per_worker=1)).t_max == 20
+    assert rollout_defaults(tc.replace(t_max=10)).t_max == 10
     assert _r(envs_per_worker=4, t_max=20).lr == pytest.approx(2e-4)     # 80 rows / 40
     assert _r(envs_per_worker=4, t_max=5).lr == pytest.approx(1e-4)      # 20 rows: 1x
     assert _r(envs_per_worker=1, t_max=40).lr == pytest.approx(2e-4)     # K = 1: rows / 20

@@ -186,7 +186,7 @@ class Config:
     envs_per_worker: Optional[int] = _f(None, "envs each worker steps in lockstep, 1-64: one forward per tick over their K rows, one update over all their rows (1 = the A3C paper's worker); default: the scenario's, 8 on doom:basic and doom:defend_the_center, else 1")
     worker_processes: Optional[bool] = _f(None, "run workers as processes sharing memory instead of threads (default: on Linux, processes for workers 0 or >= 8, threads below)")
     pin_threads: bool = _f(True, "pin worker i and its ViZDoom engine to core i mod cores (Linux)")
-    t_max: Optional[int] = _f(None, "rollout length: ticks per update (truncated BPTT window), 1-10000; default: 20, or 10 with envs_per_worker > 1")
+    t_max: Optional[int] = _f(None, "rollout length: ticks per update (truncated BPTT window), 1-10000; default: 20, or with envs_per_worker > 1 the scenario's (10; take_cover 20)")
     gamma: float = _f(0.99, "discount factor, in [0, 1]")
     gae_lambda: Optional[float] = _f(None, "GAE lambda, in [0, 1] (default: the family's, 1.0 = n-step returns as in the A3C paper; 0.95 on doom:defend_the_line)")
     truncation_bootstrap: Optional[bool] = _f(None, "bootstrap from V(s_T) when a time limit cuts an episode (default: the env family's; off for doom)")
@@ -550,12 +550,17 @@ BATCHED_LR_ROWS = 40
 
 def rollout_defaults(cfg: Config) -> Config:
     """``cfg`` with ``envs_per_worker`` and ``t_max`` filled in where unset:
-    the scenario's K, then t_max 20 for K = 1 or 10 for K > 1 (ConfigError
-    naming the field for an unknown env).  The trainer runs on this."""
-    k = cfg.envs_per_worker
-    if k is None:
-        k = cfg.family().defaults_for(cfg.env).envs_per_worker
-    t = cfg.t_max if cfg.t_max is not None else (T_MAX if k == 1 else T_MAX_BATCHED)
+    the scenario's K, then t_max 20 for K = 1, or for K > 1 the scenario's
+    ``batched_t_max``, else 10 (ConfigError naming the field for an unknown
+    env).  The trainer runs on this."""
+    k, t = cfg.envs_per_worker, cfg.t_max
+    if k is None or (t is None and k > 1):
+        d = cfg.family().defaults_for(cfg.env)
+        k = d.envs_per_worker if k is None else k
+        if t is None and k > 1:
+            t = d.batched_t_max or T_MAX_BATCHED
+    if t is None:
+        t = T_MAX
     if (k, t) == (cfg.envs_per_worker, cfg.t_max):
         return cfg
     return cfg.replace(envs_per_worker=k, t_max=t)
