@@ -76,6 +76,22 @@ def test_defaults_are_the_standard_workload():
     assert c.lr_anneal_steps == 1_000_000
 
 
+def test_flag_help_names_every_scenario_whose_default_is_the_batched_worker():
+    """`a3c train --help` for --envs-per-worker and --t-max names each Doom
+    scenario whose record sets K > 1 or its own batched t_max."""
+    from a3c_core.envs.families import DOOM
+
+    helps = {f.name: f.metadata.get("help", "") for f in dataclasses.fields(Config)}
+    batched = [sc for sc in DOOM.scenarios if DOOM.defaults_for(f"doom:{sc}").envs_per_worker > 1]
+    assert batched
+    for sc in batched:
+        assert sc in helps["envs_per_worker"], sc
+    for sc in DOOM.scenarios:
+        t = DOOM.defaults_for(f"doom:{sc}").batched_t_max
+        if t is not None:
+            assert f"{sc} {t}" in helps["t_max"], sc
+
+
 def test_resolve_learning_rate_per_family_and_spec():
     # Adam: 1e-4 on doom and Atari, 3e-4 on the vector specs (docs/defaults.md);
     # an explicit lr always wins
