@@ -307,7 +307,8 @@ DOOM = EnvFamily(
     # take_cover with 8 envs at t_max 20 (Adam 4e-4): avg100 948.1
     # [832.5-964.1] against 925.9 [896.7-973.0], avg1000 906-935 against
     # 863-886; at t_max 10 it reached less (843.0 / 820.8, seed 0), as did
-    # defend_the_line, predict_position and health_gathering_supreme with 8 envs
+    # defend_the_line, predict_position and health_gathering_supreme with 8
+    # envs, and deadly_corridor and my_way_home at t_max 20
     # (docs/scenarios.md#findings-that-did-not-become-defaults)
     scenarios=_frozen({"basic": _frozen({"envs_per_worker": 8}),
                        "health_gathering": _frozen({"health_reward": 1.0, "envs_per_worker": 8}),
