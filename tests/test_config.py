@@ -53,6 +53,7 @@ def test_defaults_are_the_standard_workload():
     mw = rollout_defaults(c.replace(env="doom:my_way_home"))
     assert (mw.envs_per_worker, mw.t_max) == (1, 20)
     for sc, k, t in (("defend_the_center", 8, 10), ("health_gathering", 8, 10),
+                     ("simpler_basic", 8, 10), ("rocket_basic", 8, 10),
                      ("take_cover", 8, 20), ("health_gathering_supreme", 1, 20)):
         d = rollout_defaults(c.replace(env=f"doom:{sc}"))
         assert (d.envs_per_worker, d.t_max) == (k, t), sc

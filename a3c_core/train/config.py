@@ -183,7 +183,7 @@ class Config:
     hidden: Optional[str] = _f(None, "hidden layer sizes of the mlp/mlp-lstm encoder, comma separated (default 64,64)")
     lstm_size: Optional[int] = _f(None, "LSTM size (default: the spec's, 256 for the image specs, 64 for mlp-lstm)")
     workers: int = _f(0, "number of workers, 0-256 (0 = one per CPU core)")
-    envs_per_worker: Optional[int] = _f(None, "envs each worker steps in lockstep, 1-64: one forward per tick over their K rows, one update over all their rows (1 = the A3C paper's worker); default: the scenario's, 8 on doom:basic, defend_the_center, health_gathering and take_cover, else 1")
+    envs_per_worker: Optional[int] = _f(None, "envs each worker steps in lockstep, 1-64: one forward per tick over their K rows, one update over all their rows (1 = the A3C paper's worker); default: the scenario's, 8 on doom:basic, simpler_basic, rocket_basic, defend_the_center, health_gathering and take_cover, else 1")
     worker_processes: Optional[bool] = _f(None, "run workers as processes sharing memory instead of threads (default: on Linux, processes for workers 0 or >= 8, threads below)")
     pin_threads: bool = _f(True, "pin worker i and its ViZDoom engine to core i mod cores (Linux)")
     t_max: Optional[int] = _f(None, "rollout length: ticks per update (truncated BPTT window), 1-10000; default: 20, or with envs_per_worker > 1 the scenario's (10; take_cover 20)")
