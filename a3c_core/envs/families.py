@@ -312,7 +312,8 @@ DOOM = EnvFamily(
     # 5 of 6 seeds (docs/scenarios.md#simpler_basic-and-rocket_basic);
     # take_cover at t_max 10 reached less (843.0 / 820.8, seed 0), as did
     # defend_the_line, predict_position and health_gathering_supreme with 8
-    # envs, and deadly_corridor and my_way_home at t_max 20
+    # envs, and deadly_corridor and my_way_home at t_max 20; deathmatch
+    # stayed at random play's level either way
     # (docs/scenarios.md#findings-that-did-not-become-defaults)
     scenarios=_frozen({"basic": _frozen({"envs_per_worker": 8}),
                        "simpler_basic": _frozen({"envs_per_worker": 8}),
