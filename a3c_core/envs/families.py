@@ -302,19 +302,10 @@ DOOM = EnvFamily(
     # (docs/results.md#the-batched-worker). defend_the_center with 8 envs:
     # avg100 22.2 [21.8-22.3] at 10 minutes against 22.0 [21.2-22.2], first
     # >= 20 after 54-104 s against 105-161 s (docs/scenarios.md).
-    # health_gathering with 8 envs: avg100 2,100 at 10 minutes on 3 of 3
-    # seeds as before, first >= 2,000 after 42-52 s against 54-91 s.
-    # take_cover with 8 envs at t_max 20 (Adam 4e-4): avg100 948.1
-    # [832.5-964.1] against 925.9 [896.7-973.0], avg1000 906-935 against
-    # 863-886. simpler_basic and rocket_basic with 8 envs: avg100 at 10
-    # minutes 81.3 [80.8-82.1] and 65.6 [64.4-65.8] against 80.1 [78.6-80.2]
-    # and 64.8 [63.9-66.1], their plateaus (75, 60) first reached sooner on
-    # 5 of 6 seeds (docs/scenarios.md#simpler_basic-and-rocket_basic);
-    # take_cover at t_max 10 reached less (843.0 / 820.8, seed 0), as did
-    # defend_the_line, predict_position and health_gathering_supreme with 8
-    # envs, and deadly_corridor and my_way_home at t_max 20; deathmatch
-    # stayed at random play's level either way
-    # (docs/scenarios.md#findings-that-did-not-become-defaults)
+    # health_gathering, simpler_basic, rocket_basic and take_cover (at t_max
+    # 20; at 10 it reached less) with 8 envs: as much or more at 10 minutes,
+    # sooner; the other five reached less or, deathmatch, stayed at random
+    # play's level (docs/scenarios.md: the table and the findings)
     scenarios=_frozen({"basic": _frozen({"envs_per_worker": 8}),
                        "simpler_basic": _frozen({"envs_per_worker": 8}),
                        "rocket_basic": _frozen({"envs_per_worker": 8}),
